@@ -1,0 +1,152 @@
+"""``python -m matrix``: the matrix's command line, a thin layer over the library."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from matrix import hostinfo
+from matrix.cells import MatrixError, select
+from matrix.junit import RunInfo, write_cell_results
+from matrix.plan import Execution, plan_cells
+from matrix.summary import render, summarize
+
+KIT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cells_arg(args) -> str | None:
+    return args.cell or args.cells
+
+
+def _add_cells(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--cells", help="comma-separated ids or globs, e.g. 'cuda-wsl2*-*-graph' (default: all 24)")
+    group.add_argument("--cell", help="one cell id, e.g. cuda-wsl2new-v2-graph")
+
+
+def cmd_env(args) -> int:
+    record = hostinfo.collect_environment()
+    text = json.dumps(record, indent=2, sort_keys=True) + "\n"
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+        host = record["host"]
+        print(f"wrote {args.out}: host {host['detected']}, GPU stack {host['stack'] or 'none'} "
+              f"({host['stack_reason']}), env hash {record['env_hash']}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _detected():
+    return hostinfo.detect(hostinfo.collect_facts())
+
+
+def cmd_plan(args) -> int:
+    here = _detected()
+    plans = plan_cells(select(_cells_arg(args)), here, require_native=args.require == "native")
+    if args.json:
+        print(json.dumps([p.as_dict() for p in plans], indent=2))
+    else:
+        width = max(len(p.cell.id) for p in plans)
+        for p in plans:
+            print(f"{p.cell.id.ljust(width)}  {p.execution.value:<9}  {p.reason}")
+    misrouted = [p for p in plans if p.execution is Execution.MISROUTED]
+    if misrouted:
+        print(f"error: {len(misrouted)} cell(s) misrouted: this runner is not the host its labels claim; "
+              "fix the runner's labels or run the cell where it belongs", file=sys.stderr)
+        return 3
+    return 0
+
+
+def kit_commit() -> str:
+    def git(*argv: str) -> str:
+        done = subprocess.run(["git", "-C", str(KIT_ROOT), *argv], capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short=12", "HEAD")
+    if not commit:
+        return "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def cmd_split(args) -> int:
+    env_path = Path(args.env)
+    if not env_path.exists():
+        raise MatrixError(f"{env_path} does not exist: write it first with `python -m matrix env --out {env_path}`")
+    record = json.loads(env_path.read_text())
+    plans = plan_cells(select(_cells_arg(args)), hostinfo.detected_from_record(record))
+    run = RunInfo(
+        env=record,
+        kit_commit=kit_commit(),
+        runner_name=os.environ.get("RUNNER_NAME") or platform.node(),
+        started_at=args.started_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+    raw = Path(args.raw)
+    written = write_cell_results(plans, raw if raw.exists() else None, run, Path(args.out))
+    print(f"wrote {len(written)} cell result(s) to {args.out}/", file=sys.stderr)
+    return 0
+
+
+def cmd_summary(args) -> int:
+    out = Path(args.results)
+    paths = [out / f"{cell.id}.xml" for cell in select(_cells_arg(args))]
+    absent = [p for p in paths if not p.exists()]
+    if absent:
+        raise MatrixError(f"no result for {', '.join(p.stem for p in absent)} in {out}/: run those cells first")
+    summaries = [summarize(p) for p in paths]
+    print(render(summaries))
+    failed = sum(s.failed for s in summaries)
+    if args.strict and failed:
+        print(f"error: {failed} test(s) failed; the JUnit files in {out}/ say why", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m matrix", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    env = sub.add_parser("env", help="collect this machine's environment as schema-versioned JSON")
+    env.add_argument("--out", help="write here instead of stdout")
+    env.set_defaults(func=cmd_env)
+
+    plan = sub.add_parser("plan", help="how this machine runs each cell: native, emulated, gate-only, misrouted")
+    _add_cells(plan)
+    plan.add_argument("--require", choices=["native"], help="fail (exit 3) for any cell this host is not")
+    plan.add_argument("--json", action="store_true")
+    plan.set_defaults(func=cmd_plan)
+
+    split = sub.add_parser("split", help="split a cell session's pytest JUnit into results/<cell>.xml with envelopes")
+    split.add_argument("raw", help="the JUnit file pytest wrote (xunit1 family)")
+    _add_cells(split)
+    split.add_argument("--env", required=True, help="the record written by `python -m matrix env`")
+    split.add_argument("--out", default="results")
+    split.add_argument("--started-at", help="ISO time the run started (default: now)")
+    split.set_defaults(func=cmd_split)
+
+    summary = sub.add_parser("summary", help="print the terminal table for cells' results")
+    _add_cells(summary)
+    summary.add_argument("--results", default="results")
+    summary.add_argument("--strict", action="store_true", help="exit 1 if any test failed")
+    summary.set_defaults(func=cmd_summary)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except MatrixError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""The compatibility matrix: four axes, 24 cells, and their ids.
+
+This is the only place the cells are defined. nox, the workflows and the table
+derive them from here.
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import itertools
+from dataclasses import dataclass
+
+
+class MatrixError(ValueError):
+    """Bad input from a person: the message is one line that says what to do."""
+
+
+class Axis(enum.Enum):
+    """An axis value; its ``value`` is the spelling used in ids and nox sessions."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __lt__(self, other: Axis) -> bool:
+        # Definition order, so cells sort the way the matrix is written.
+        if type(other) is not type(self):
+            return NotImplemented
+        members = list(type(self))
+        return members.index(self) < members.index(other)
+
+    @classmethod
+    def parse(cls, text: str):
+        try:
+            return cls(text)
+        except ValueError:
+            valid = ", ".join(v.value for v in cls)
+            raise MatrixError(
+                f"unknown {cls.__name__.lower()} {text!r}; valid values: {valid}"
+            ) from None
+
+
+class Stack(Axis):
+    CUDA = "cuda"
+    ROCM = "rocm"
+
+
+# The first WSL2 kernel with (limited) pinned-memory support; vLLM gates on it
+# since 0.24.0 (PR #41496) and the matrix splits WSL2 hosts at the same line.
+WSL2_PIN_KERNEL = (4, 19, 121)
+
+
+class Host(Axis):
+    LINUX = "linux"
+    WSL2OLD = "wsl2old"
+    WSL2NEW = "wsl2new"
+
+    @property
+    def is_wsl(self) -> bool:
+        return self is not Host.LINUX
+
+    @property
+    def emulated_release(self) -> str:
+        """The ``uname -r`` this host presents when emulated.
+
+        Real releases of each kind: 4.19.104 shipped with the first WSL2 builds
+        (below the gate); 6.6.87.2 is a current WSL2 kernel.
+        """
+        return {
+            Host.LINUX: "6.8.0-45-generic",
+            Host.WSL2OLD: "4.19.104-microsoft-standard",
+            Host.WSL2NEW: "6.6.87.2-microsoft-standard-WSL2",
+        }[self]
+
+    @property
+    def label(self) -> str:
+        """The self-hosted runner label for this host."""
+        return {
+            Host.LINUX: "linux",
+            Host.WSL2OLD: "wsl2-kernel-old",
+            Host.WSL2NEW: "wsl2-kernel-new",
+        }[self]
+
+
+class Runner(Axis):
+    V1 = "v1"
+    V2 = "v2"
+
+    @property
+    def env_value(self) -> str:
+        """``VLLM_USE_V2_MODEL_RUNNER`` for this runner."""
+        return "1" if self is Runner.V2 else "0"
+
+
+class Mode(Axis):
+    GRAPH = "graph"
+    EAGER = "eager"
+
+
+AXES: tuple[type[Axis], ...] = (Stack, Host, Runner, Mode)
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    stack: Stack
+    host: Host
+    runner: Runner
+    mode: Mode
+
+    @property
+    def id(self) -> str:
+        return f"{self.stack}-{self.host}-{self.runner}-{self.mode}"
+
+    @property
+    def session(self) -> str:
+        """The nox session id that runs this cell."""
+        return f"cell({self.stack}, {self.host}, {self.runner}, {self.mode})"
+
+    def __str__(self) -> str:
+        return self.id
+
+    @classmethod
+    def parse(cls, text: str) -> Cell:
+        parts = text.strip().split("-")
+        if len(parts) != len(AXES):
+            raise MatrixError(
+                f"bad cell id {text!r}: expected stack-host-runner-mode, "
+                f"e.g. cuda-wsl2new-v2-graph; {_valid_values()}"
+            )
+        return cls(*(axis.parse(part) for axis, part in zip(AXES, parts)))
+
+    def env(self) -> dict[str, str]:
+        """Environment variables the cell sets for vLLM."""
+        return {"VLLM_USE_V2_MODEL_RUNNER": self.runner.env_value}
+
+
+CELLS: tuple[Cell, ...] = tuple(
+    Cell(*values) for values in itertools.product(*(list(axis) for axis in AXES))
+)
+
+
+def _valid_values() -> str:
+    return "; ".join(
+        f"{axis.__name__.lower()}: {'|'.join(v.value for v in axis)}" for axis in AXES
+    )
+
+
+def select(pattern: str | None) -> list[Cell]:
+    """Cells matching a pattern: comma-separated ids or globs (``cuda-wsl2*-*-graph``).
+
+    A pattern that matches no cell is an error, so a typo never runs nothing.
+    """
+    if pattern is None or pattern.strip() in ("", "all", "*"):
+        return list(CELLS)
+    chosen: list[Cell] = []
+    for part in (p.strip() for p in pattern.split(",")):
+        if not part:
+            raise MatrixError(f"bad cell pattern {pattern!r}: empty item between commas")
+        if not any(ch in part for ch in "*?["):
+            hits = [Cell.parse(part)]
+        else:
+            hits = [c for c in CELLS if fnmatch.fnmatchcase(c.id, part)]
+            if not hits:
+                raise MatrixError(
+                    f"cell pattern {part!r} matches no cell; ids look like "
+                    f"cuda-wsl2new-v2-graph ({_valid_values()})"
+                )
+        chosen.extend(c for c in hits if c not in chosen)
+    return chosen

@@ -1,0 +1,111 @@
+"""What each cell should do: rules from ``expectations.toml``, resolved per cell.
+
+A rule names cells (globs), a vLLM version range (PEP 440), optionally one
+``pin_env`` value, and expected gate values. For each value the last matching
+rule in the file wins, so general rules come first and exceptions after them.
+A rule with ``issue`` is a known failure: its values say what vLLM *should*
+decide, and the test is expected to fail until that issue is fixed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from matrix.cells import CELLS, Cell, MatrixError
+
+EXPECTATIONS_FILE = Path(__file__).with_name("expectations.toml")
+
+PIN_ENVS = ("unset", "1")
+
+# The gate values vLLM decides, as recorded by repro.gate; descriptions for people.
+GATE_KEYS = {
+    "imports": "vLLM and vllm.utils.torch_utils import under this host",
+    "platform_pin": "is_pin_memory_available() of the cell's platform class",
+    "pin": "module-level is_pin_memory_available()",
+    "uva": "module-level is_uva_available()",
+    "warning": "pin-memory warning logged (none, wsl, wsl-kernel)",
+    "v2_buffer": "V2 runner buffer class (UvaBuffer, NonUvaBuffer, or the crash)",
+    "offload_path": "CPU weight offload path (uva, pinned-copy, pageable-copy)",
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    cells: tuple[str, ...]
+    vllm: SpecifierSet
+    pin_env: str | None
+    expect: dict[str, object]
+    issue: str | None = None
+    note: str = ""
+
+    def matches(self, cell: Cell, version: Version, pin_env: str) -> bool:
+        return (
+            any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.cells)
+            and self.vllm.contains(version, prereleases=True)
+            and self.pin_env in (None, pin_env)
+        )
+
+
+@dataclass(frozen=True)
+class Expected:
+    value: object
+    rule: Rule
+
+    @property
+    def known_issue(self) -> str | None:
+        return self.rule.issue
+
+
+def _rule_from_table(index: int, table: dict) -> Rule:
+    where = f"rule {table.get('id', index + 1)!r}"
+    unknown = set(table) - {"id", "cells", "vllm", "pin_env", "expect", "issue", "note"}
+    if unknown:
+        raise MatrixError(f"{where} in expectations.toml: unknown field(s) {sorted(unknown)}")
+    cells = table.get("cells")
+    cells = (cells,) if isinstance(cells, str) else tuple(cells or ())
+    if not cells or not all(any(fnmatch.fnmatchcase(c.id, p) for c in CELLS) for p in cells):
+        raise MatrixError(f"{where} in expectations.toml: cells {list(cells)} match no cell")
+    try:
+        spec = SpecifierSet(table.get("vllm", ""))
+    except InvalidSpecifier:
+        raise MatrixError(f"{where} in expectations.toml: bad vllm range {table['vllm']!r}") from None
+    pin_env = table.get("pin_env")
+    if pin_env not in (None, *PIN_ENVS):
+        raise MatrixError(f"{where} in expectations.toml: pin_env must be one of {PIN_ENVS}")
+    expect = dict(table.get("expect", {}))
+    bad = set(expect) - set(GATE_KEYS)
+    if bad or not expect:
+        raise MatrixError(
+            f"{where} in expectations.toml: expect needs keys from {sorted(GATE_KEYS)}, got {sorted(expect)}"
+        )
+    return Rule(
+        id=str(table.get("id", index + 1)), cells=cells, vllm=spec, pin_env=pin_env,
+        expect=expect, issue=table.get("issue"), note=table.get("note", ""),
+    )
+
+
+def load_rules(path: Path = EXPECTATIONS_FILE) -> list[Rule]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise MatrixError(f"{path} is not valid TOML: {exc}") from None
+    return [_rule_from_table(i, t) for i, t in enumerate(data.get("rule", []))]
+
+
+def expected_values(
+    rules: list[Rule], cell: Cell, vllm_version: str, pin_env: str
+) -> dict[str, Expected]:
+    version = Version(vllm_version)
+    resolved: dict[str, Expected] = {}
+    for rule in rules:
+        if rule.matches(cell, version, pin_env):
+            for key, value in rule.expect.items():
+                resolved[key] = Expected(value, rule)
+    return resolved

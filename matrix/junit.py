@@ -1,0 +1,117 @@
+"""Per-cell JUnit files: one suite per cell, named by its id, with the envelope.
+
+A cell session runs pytest once for all its cells (so vLLM's answer for a host
+is computed once) and tags each test case with a ``cell`` property. This module
+splits that run into ``results/<cell-id>.xml`` files and stamps each suite with
+the envelope of provenance properties that the report reads.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+from junitparser import Error, JUnitXml, Properties, TestCase, TestSuite
+
+from matrix.cells import Cell
+from matrix.plan import CellPlan
+
+ENVELOPE_SCHEMA = "wslpin-kit.envelope/1"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Facts about the run shared by every cell in it."""
+
+    env: dict  # the record of ``python -m matrix env``
+    kit_commit: str
+    runner_name: str
+    started_at: str
+
+
+def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
+    cell, env = plan.cell, run.env
+    torch = env.get("packages", {}).get("torch") or {}
+    vllm = env.get("packages", {}).get("vllm") or {}
+    devices = env.get("gpu", {}).get("devices") or [{}]
+    torch_build = (
+        f"cuda {torch['cuda']}" if torch.get("cuda") else f"hip {torch['hip']}" if torch.get("hip") else "cpu"
+    )
+    values = {
+        "envelope_schema": ENVELOPE_SCHEMA,
+        "cell_id": cell.id,
+        "stack": cell.stack.value,
+        "host": cell.host.value,
+        "runner": cell.runner.value,
+        "mode": cell.mode.value,
+        "execution": plan.execution.value,
+        "execution_reason": plan.reason,
+        "vllm_version": vllm.get("version") or "not installed",
+        "vllm_commit": vllm.get("commit") or "",
+        "torch_version": torch.get("version") or "not installed",
+        "torch_build": torch_build if torch else "",
+        "kernel_release": env.get("kernel", {}).get("release", ""),
+        "wsl": str(env.get("wsl", {}).get("is_wsl", False)).lower(),
+        "detected_host": env.get("host", {}).get("detected", ""),
+        "gpu": devices[0].get("name", "") or "none",
+        "gpu_driver": devices[0].get("driver", ""),
+        "runner_name": run.runner_name,
+        "kit_commit": run.kit_commit,
+        "started_at": run.started_at,
+        "env_hash": env.get("env_hash", ""),
+        "env_schema": env.get("schema", ""),
+    }
+    return values
+
+
+def case_properties(case: TestCase) -> dict[str, str]:
+    props = case.child(Properties)
+    return {p.name: p.value for p in props} if props is not None else {}
+
+
+def suite_properties(suite: TestSuite) -> dict[str, str]:
+    return {p.name: p.value for p in suite.properties()}
+
+
+def read_cases(path: Path) -> list[TestCase]:
+    xml = JUnitXml.fromfile(str(path))
+    return [case for suite in xml for case in suite]
+
+
+def cell_suite(plan: CellPlan, cases: list[TestCase], run: RunInfo, no_results: str) -> TestSuite:
+    suite = TestSuite(plan.cell.id)
+    suite.timestamp = run.started_at
+    suite.hostname = run.runner_name
+    for name, value in envelope(plan, run).items():
+        suite.add_property(name, value)
+    mine = [c for c in cases if case_properties(c).get("cell") in (plan.cell.id, None)]
+    for case in mine:
+        suite.add_testcase(TestCase.fromelem(copy.deepcopy(case._elem)))
+    if not mine:
+        # A cell with no test case must still say why, never vanish.
+        missing = TestCase("no_results", classname="matrix.session")
+        missing.result = [Error(no_results, "NoResults")]
+        suite.add_testcase(missing)
+    suite.update_statistics()
+    return suite
+
+
+def write_cell_results(
+    plans: list[CellPlan], raw: Path | None, run: RunInfo, out: Path, raw_missing: str = ""
+) -> list[Path]:
+    """Write ``<out>/<cell>.xml`` and ``<out>/<cell>.env.json`` for each planned cell."""
+    import json
+
+    cases = read_cases(raw) if raw is not None and raw.exists() else []
+    reason = raw_missing or f"pytest wrote no result for this cell ({raw})"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for plan in plans:
+        xml = JUnitXml(plan.cell.id)
+        xml.add_testsuite(cell_suite(plan, cases, run, reason))
+        path = out / f"{plan.cell.id}.xml"
+        xml.write(str(path), pretty=True)
+        (out / f"{plan.cell.id}.env.json").write_text(json.dumps(run.env, indent=2, sort_keys=True) + "\n")
+        written.append(path)
+    return written

@@ -1,0 +1,138 @@
+"""Present a cell's host and GPU stack to vLLM in a process that has not imported it.
+
+Two separate things, both applied before the first ``import vllm``:
+
+- ``present_host``: vLLM's WSL checks read ``platform.uname()`` (all fields,
+  release included), so patching that one function makes every gate in vLLM
+  see the cell's host. Used whenever the real host is not the cell's host.
+- ``stub_gpu``: on a machine without the cell's GPU, vLLM's platform modules
+  cannot load. Only what needs the GPU is replaced, each stub below says why;
+  vLLM's own platform detection and gate code run unchanged on top.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import platform
+import sys
+import types
+
+from matrix.cells import Host, Stack
+
+EMULATED_NODE = "wslpin-emulated"
+# A Radeon RX 7900 XTX: the RDNA3 card AMD supports for ROCm on WSL2.
+EMULATED_GCN_ARCH = "gfx1100"
+
+
+def present_host(host: Host) -> None:
+    real = platform.uname()
+    # The node name is replaced too: vLLM's in_wsl() looks for "microsoft" in every field.
+    fake = platform.uname_result(real.system, EMULATED_NODE, host.emulated_release, real.version, real.machine)
+    platform.uname = lambda: fake
+
+
+class _NvmlError(Exception):
+    """Named like pynvml's errors: vLLM treats exceptions with 'nvml' in the class name as 'no NVIDIA GPU'."""
+
+
+class NVMLError_LibraryNotFound(_NvmlError):  # noqa: N801 - pynvml's own spelling
+    pass
+
+
+def _nvml_stub(gpus: int) -> types.ModuleType:
+    """NVML answering for ``gpus`` devices (libnvidia-ml is absent without an NVIDIA driver)."""
+    nvml = types.ModuleType("pynvml")
+
+    def init() -> None:
+        if not gpus:
+            raise NVMLError_LibraryNotFound("emulated: no NVIDIA GPU in this cell")
+
+    def unsupported(name):
+        if name.startswith("__"):  # module protocol (inspect, pickle) must see a plain module
+            raise AttributeError(name)
+
+        def call(*_a, **_k):
+            raise NVMLError_LibraryNotFound(f"emulated NVML has no {name}")
+
+        return call
+
+    nvml.nvmlInit = init
+    nvml.nvmlShutdown = lambda: None
+    nvml.nvmlDeviceGetCount = lambda: gpus
+    nvml.NVMLError = _NvmlError
+    nvml.__getattr__ = unsupported
+    return nvml
+
+
+class AmdSmiException(Exception):
+    pass
+
+
+def _amdsmi_stub() -> types.ModuleType:
+    """amdsmi answering for one RDNA3 GPU (libamd_smi.so exists only with a ROCm driver)."""
+    smi = types.ModuleType("amdsmi")
+    handle = object()
+    smi.AmdSmiException = AmdSmiException
+    smi.amdsmi_init = lambda *a: None
+    smi.amdsmi_shut_down = lambda: None
+    smi.amdsmi_get_processor_handles = lambda: [handle]
+    smi.amdsmi_get_gpu_asic_info = lambda h: {
+        "target_graphics_version": EMULATED_GCN_ARCH,
+        "market_name": "emulated Radeon RX 7900 XTX",
+    }
+
+    def unsupported(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name[:1].isupper():  # enums and classes imported by name at module load
+            return types.SimpleNamespace()
+
+        def call(*_a, **_k):
+            raise AmdSmiException(f"emulated amdsmi has no {name}")
+
+        return call
+
+    smi.__getattr__ = unsupported
+    return smi
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves stand-in modules through the normal import system, parents included."""
+
+    def __init__(self, modules: dict[str, types.ModuleType]) -> None:
+        self.modules = modules
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self.modules:
+            return importlib.util.spec_from_loader(name, self)
+        return None
+
+    def create_module(self, spec):
+        return self.modules[spec.name]
+
+    def exec_module(self, module) -> None:
+        pass
+
+
+def stub_gpu(stack: Stack) -> None:
+    # vLLM's compiled extensions link against libcuda/libamdhip64: they cannot
+    # load here. Their ops are never called by the gate code.
+    stubs = {name: types.ModuleType(name) for name in ("vllm._C", "vllm._C_stable_libtorch", "vllm._rocm_C")}
+    # Device discovery: NVML for CUDA (vLLM vendors it as vllm.third_party.pynvml;
+    # older releases import the pynvml package), amdsmi for ROCm.
+    nvml = _nvml_stub(1 if stack is Stack.CUDA else 0)
+    stubs["pynvml"] = stubs["vllm.third_party.pynvml"] = nvml
+    if stack is Stack.ROCM:
+        stubs["amdsmi"] = _amdsmi_stub()
+    else:
+        sys.modules["amdsmi"] = None  # a real amdsmi would find no GPU, or fail to load
+    sys.meta_path.insert(0, _StubFinder(stubs))
+    if stack is Stack.ROCM:
+        import torch
+
+        # Older rocm.py reads the GCN arch from the device properties at import.
+        torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(
+            gcnArchName=EMULATED_GCN_ARCH, name="emulated Radeon RX 7900 XTX", total_memory=24 << 30,
+            major=11, minor=0, multi_processor_count=48,
+        )

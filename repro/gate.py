@@ -1,0 +1,200 @@
+"""Ask the installed vLLM what it decides about pinned memory under a host.
+
+``decide`` runs in a fresh child (see ``isolation``): it presents the host,
+imports vLLM, and records vLLM's own answers — nothing here re-implements a
+decision. ``evaluate`` runs one child per distinct (stack, host, pin_env,
+presentation) and shares the answers between the cells that depend on them:
+the runner and graph mode do not change the gate, so 24 cells x 2 pin_env
+values need 12 children.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import traceback
+from dataclasses import dataclass
+
+from matrix.cells import Cell, Host, Runner, Stack
+from matrix.plan import Execution
+from repro import emulation
+from repro.isolation import Outcome, run_isolated
+
+PIN_ENV_VAR = "VLLM_WSL2_ENABLE_PIN_MEMORY"
+DEFAULT_TIMEOUT = 180.0
+# Imported in the parent before forking: host-independent and slow (~5 s of the
+# ~6 s `import vllm` costs), so each child only pays for vLLM itself.
+PRELOAD = ("torch", "torch._dynamo", "torch._inductor", "transformers")
+
+
+@dataclass(frozen=True, order=True)
+class GateRequest:
+    stack: Stack
+    host: Host
+    pin_env: str  # "unset" | "1"
+    present_host: bool  # patch uname: the real host is not the cell's host
+    stub_gpu: bool  # no GPU of this stack here
+
+    @classmethod
+    def for_cell(cls, cell: Cell, pin_env: str, execution: Execution) -> GateRequest:
+        return cls(
+            cell.stack, cell.host, pin_env,
+            present_host=execution is not Execution.NATIVE,
+            stub_gpu=not execution.uses_gpu,
+        )
+
+    @property
+    def label(self) -> str:
+        how = "native" if not self.present_host else ("gate-only" if self.stub_gpu else "emulated")
+        return f"{self.stack}/{self.host}/pin_env={self.pin_env} ({how})"
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in self.messages:
+            self.messages.append(message)
+
+
+def _pin_warning(messages: list[str]) -> str:
+    """Classify vLLM's pin-memory warning: none, wsl (base class), wsl-kernel (kernel gate)."""
+    pin = [m for m in messages if "pin_memory=False" in m]
+    if not pin:
+        return "none"
+    return "wsl-kernel" if any("kernel" in m for m in pin) else "wsl"
+
+
+def _first_module(*names: str):
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+    return None
+
+
+def _runner_choice(env_value: str) -> str:
+    from vllm.config import VllmConfig
+
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = env_value
+    return "v2" if VllmConfig().use_v2_model_runner else "v1"
+
+
+def _v2_buffer() -> str:
+    """Which buffer class vLLM's V2 UvaBufferPool builds.
+
+    vLLM picks the class, then allocates it. Without a GPU the allocation
+    fails; the class whose constructor reached it is the class vLLM chose.
+    """
+    import torch
+
+    module = _first_module("vllm.v1.worker.gpu.buffer_utils")
+    if module is None or not hasattr(module, "UvaBufferPool"):
+        return "absent"
+    try:
+        pool = module.UvaBufferPool(4, torch.int32, max_concurrency=1)
+    except RuntimeError as exc:
+        if "UVA is not available" in str(exc):
+            return "crash: UVA is not available"
+        chosen = _constructor_at_fault(exc)
+    except Exception as exc:  # noqa: BLE001 - no device to allocate on
+        chosen = _constructor_at_fault(exc)
+    else:
+        return getattr(pool, "_buffer_cls", type(pool._uva_bufs[0])).__name__
+    return chosen or "unknown"
+
+
+def _constructor_at_fault(exc: BaseException) -> str | None:
+    chosen = None
+    tb = exc.__traceback__
+    while tb is not None:
+        this = tb.tb_frame.f_locals.get("self")
+        if this is not None and type(this).__module__.startswith("vllm."):
+            chosen = type(this).__name__
+        tb = tb.tb_next
+    return chosen
+
+
+def _offload_path() -> str:
+    """The path vLLM's CPU weight offloader takes for ``cpu_offload_gb=1``."""
+    base = _first_module("vllm.model_executor.offloader.base")
+    if base is None:
+        return "absent"
+    from vllm.config import OffloadConfig
+
+    config = OffloadConfig()
+    config.uva.cpu_offload_gb = 1
+    offloader = base.create_offloader(config)
+    if getattr(offloader, "uva_offloading", False):
+        return "uva"
+    return "pinned-copy" if getattr(offloader, "pin_memory", False) else "pageable-copy"
+
+
+def decide(request: GateRequest) -> dict:
+    """In a fresh process: present the host, import vLLM, record what it decides."""
+    if request.pin_env == "unset":
+        os.environ.pop(PIN_ENV_VAR, None)
+    else:
+        os.environ[PIN_ENV_VAR] = request.pin_env
+    if request.present_host:
+        emulation.present_host(request.host)
+    if request.stub_gpu:
+        emulation.stub_gpu(request.stack)
+
+    capture = _Capture()
+    answer: dict = {"imports": False, "errors": {}}
+    try:
+        import vllm.logger  # noqa: F401 - configures vLLM's logger; attach after it
+
+        logging.getLogger("vllm").addHandler(capture)
+        import vllm
+        import vllm.platforms
+
+        platform = vllm.platforms.current_platform
+        import vllm.utils.torch_utils as torch_utils
+    except BaseException:  # noqa: BLE001 - an import failure under a host is a finding
+        answer["import_error"] = traceback.format_exc()
+        answer["warnings"] = capture.messages
+        return answer
+
+    answer["imports"] = True
+    answer["vllm_version"] = getattr(vllm, "__version__", "unknown")
+    answer["platform_class"] = f"{type(platform).__module__}.{type(platform).__qualname__}"
+    answer["pin_memory_constant"] = getattr(torch_utils, "PIN_MEMORY", None)
+    utils = _first_module("vllm.utils.platform_utils") or _first_module("vllm.utils")
+    probes = {
+        "platform_pin": lambda: type(platform).is_pin_memory_available(),
+        "pin": lambda: utils.is_pin_memory_available(),
+        "uva": lambda: utils.is_uva_available(),
+        "runner_v1": lambda: _runner_choice(Runner.V1.env_value),
+        "runner_v2": lambda: _runner_choice(Runner.V2.env_value),
+        "v2_buffer": _v2_buffer,
+        "offload_path": _offload_path,
+    }
+    for key, probe in probes.items():
+        try:
+            answer[key] = probe()
+        except BaseException:  # noqa: BLE001 - recorded per value, the rest still runs
+            answer["errors"][key] = traceback.format_exc()
+    answer["warnings"] = capture.messages
+    answer["warning"] = _pin_warning(capture.messages)
+    return answer
+
+
+def preload() -> None:
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+def evaluate(requests: list[GateRequest], timeout: float = DEFAULT_TIMEOUT, jobs: int | None = None) -> dict[GateRequest, Outcome]:
+    unique = sorted(set(requests))
+    preload()
+    return dict(zip(unique, run_isolated(decide, unique, timeout=timeout, jobs=jobs)))

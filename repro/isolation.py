@@ -1,0 +1,111 @@
+"""Run a function in a forked child, with a timeout, its output kept aside.
+
+vLLM freezes what it decided about pinned memory at import time, so every
+emulated host needs a process of its own. Forking from a parent that has
+already imported torch (but never vLLM) gives each child a fresh vLLM import
+without paying torch's import again. A child that hangs is killed; one that
+dies without answering is reported with its exit status. Neither is a crash
+of the kit: both are results.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+_LOG_TAIL = 6000
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # "ok" | "error" | "timeout" | "died"
+    value: Any = None
+    detail: str = ""  # traceback, or why the child gave no answer
+    log: str = ""  # the tail of what the child printed
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _child(fn: Callable[[Any], Any], arg: Any, conn, log_path: str) -> None:
+    # vLLM logs to stdout; keep the child's output in a file the parent reads back.
+    fd = os.open(log_path, os.O_WRONLY | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    try:
+        conn.send(("ok", fn(arg)))
+    except BaseException:  # noqa: BLE001 - everything the child hits is a result
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def run_isolated(
+    fn: Callable[[Any], Any],
+    args: Sequence[Any],
+    timeout: float,
+    jobs: int | None = None,
+) -> list[Outcome]:
+    """Run ``fn(arg)`` for each arg in its own forked child, ``jobs`` at a time."""
+    ctx = multiprocessing.get_context("fork")
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    pending = list(enumerate(args))
+    running: dict[int, tuple] = {}
+    results: dict[int, Outcome] = {}
+    with tempfile.TemporaryDirectory(prefix="wslpin-") as tmp:
+        while pending or running:
+            while pending and len(running) < jobs:
+                index, arg = pending.pop(0)
+                log_path = os.path.join(tmp, f"{index}.log")
+                open(log_path, "w").close()
+                receiver, sender = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(fn, arg, sender, log_path), daemon=True)
+                proc.start()
+                sender.close()
+                running[index] = (proc, receiver, log_path, time.monotonic())
+            for index, (proc, receiver, log_path, started) in list(running.items()):
+                elapsed = time.monotonic() - started
+                if receiver.poll(0.05):
+                    try:
+                        kind, payload = receiver.recv()
+                    except EOFError:
+                        kind, payload = None, None
+                    proc.join(timeout=10)
+                    if kind == "ok":
+                        outcome = Outcome("ok", value=payload)
+                    elif kind == "error":
+                        outcome = Outcome("error", detail=payload)
+                    else:
+                        outcome = Outcome("died", detail=_exit_reason(proc))
+                elif elapsed > timeout:
+                    proc.kill()
+                    proc.join()
+                    outcome = Outcome("timeout", detail=f"killed after {timeout:g} s without an answer")
+                elif not proc.is_alive() and not receiver.poll(0):
+                    outcome = Outcome("died", detail=_exit_reason(proc))
+                else:
+                    continue
+                with open(log_path, errors="replace") as f:
+                    log = f.read()[-_LOG_TAIL:]
+                receiver.close()
+                results[index] = Outcome(
+                    outcome.status, outcome.value, outcome.detail, log, round(elapsed, 2)
+                )
+                del running[index]
+    return [results[i] for i in range(len(args))]
+
+
+def _exit_reason(proc) -> str:
+    code = proc.exitcode
+    if code is not None and code < 0:
+        return f"child died from signal {signal.Signals(-code).name}"
+    return f"child exited with status {code} without an answer"
