@@ -1,0 +1,125 @@
+"""Sessions of the vLLM WSL2 pinned-memory compatibility kit; `nox -l` lists them.
+
+Cells come from matrix.cells, the one place they are defined. Options after `--`:
+`--vllm X.Y.Z` picks the vLLM release (default below); anything else goes to pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+
+import nox
+from packaging.version import InvalidVersion, Version
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from matrix import hostinfo  # noqa: E402
+from matrix.cells import CELLS, select  # noqa: E402
+from matrix.plan import plan_cells  # noqa: E402
+
+nox.needs_version = ">=2025.5.1"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_venv = "yes"
+# Every session stays selected by default so that `nox -l --json`, which lists
+# only selected sessions, gives the workflows all 24 cells.
+
+# The vLLM release every session uses unless told otherwise: the one place it is set.
+VLLM_VERSION = "0.33.0"
+# vLLM's gate code needs torch, never a GPU: a CPU build is enough (see requirements/gate.txt).
+GATE_TORCH = "torch==2.13.0"
+RESULTS = ROOT / "results"
+
+
+def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog=f"nox -s '{session.name}' --", add_help=False)
+    parser.add_argument("--vllm", default=VLLM_VERSION)
+    args, rest = parser.parse_known_args(session.posargs)
+    try:
+        Version(args.vllm)
+    except InvalidVersion:
+        session.error(f"--vllm {args.vllm!r} is not a version number; give a vLLM release such as {VLLM_VERSION}")
+    return args, rest
+
+
+def _install(session: nox.Session, vllm: str, full: bool) -> None:
+    """vLLM and the kit. Without a GPU for the cells: vLLM's wheel alone plus what its gate code imports."""
+    if full:
+        requirement = [f"vllm=={vllm}"]
+    else:
+        session.install("--no-deps", "-r", "requirements/gate.txt")
+        session.install(GATE_TORCH)
+        requirement = ["--no-deps", f"vllm=={vllm}"]
+    try:
+        session.install(*requirement)
+    except nox.command.CommandFailed:
+        session.error(f"could not install vLLM {vllm} (see the installer's message above): is it a released version?")
+    session.install("-e", ".[test]")
+
+
+def _run_cells(session: nox.Session, pattern: str, tests: str = "tests/cell") -> None:
+    """Install, record the environment, run the cells' tests, write results/<cell>.xml, print the table."""
+    args, pytest_args = _options(session)
+    plans = plan_cells(select(pattern), hostinfo.detect(hostinfo.collect_facts()))
+    _install(session, args.vllm, full=any(plan.execution.uses_gpu for plan in plans))
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    tmp = Path(session.create_tmp())
+    env_record, raw = tmp / "env.json", tmp / "junit.xml"
+    raw.unlink(missing_ok=True)
+    session.run("python", "-m", "matrix", "env", "--out", str(env_record))
+    session.run("python", "-m", "matrix", "plan", "--cells", pattern)
+    # Exit 1 means tests failed: a result, written below like any other.
+    session.run(
+        "python", "-m", "pytest", tests, "--cells", pattern, "-o", "junit_family=xunit1",
+        f"--junitxml={raw}", "-q", "-rfEX", *pytest_args, success_codes=[0, 1],
+    )
+    session.run(
+        "python", "-m", "matrix", "split", str(raw), "--cells", pattern,
+        "--env", str(env_record), "--out", str(RESULTS), "--started-at", started,
+    )
+    session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(RESULTS), "--strict")
+
+
+@nox.session
+@nox.parametrize(
+    "stack,host,runner,mode",
+    [
+        nox.param(*(str(v) for v in (c.stack, c.host, c.runner, c.mode)),
+                  id=f"{c.stack}, {c.host}, {c.runner}, {c.mode}",
+                  tags=["cell", str(c.stack), str(c.host), str(c.runner), str(c.mode)])
+        for c in CELLS
+    ],
+)
+def cell(session: nox.Session, stack: str, host: str, runner: str, mode: str) -> None:
+    """One cell, as a self-hosted runner runs it: gate, repro and probe tests -> results/<cell-id>.xml."""
+    _run_cells(session, f"{stack}-{host}-{runner}-{mode}")
+
+
+@nox.session
+def gate(session: nox.Session) -> None:
+    """Gate tests of all 24 cells: what the installed vLLM decides per host, no GPU needed."""
+    _run_cells(session, "all", tests="tests/cell/test_gate.py")
+
+
+@nox.session
+def wsl_cuda_graph(session: nox.Session) -> None:
+    """The CUDA x WSL2 x graph cells, as far as this machine allows (native, emulated or gate-only), then a table."""
+    _run_cells(session, "cuda-wsl2*-*-graph")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The kit's own test suite (what CI runs), against the real vLLM the kit pins."""
+    _install(session, VLLM_VERSION, full=False)
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
