@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -41,11 +42,16 @@ def _child(fn: Callable[[Any], Any], arg: Any, conn, log_path: str) -> None:
     fd = os.open(log_path, os.O_WRONLY | os.O_TRUNC)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    # The parent's sys.stdout may be a capture object (pytest): write to the fds.
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     try:
         conn.send(("ok", fn(arg)))
     except BaseException:  # noqa: BLE001 - everything the child hits is a result
         conn.send(("error", traceback.format_exc()))
     finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
         conn.close()
 
 

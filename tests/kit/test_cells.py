@@ -1,0 +1,71 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from matrix.cells import CELLS, Cell, Host, MatrixError, Mode, Runner, Stack, select
+
+
+def test_the_matrix_has_24_distinct_cells():
+    assert len(CELLS) == 24
+    assert len({c.id for c in CELLS}) == 24
+    assert {c.stack for c in CELLS} == set(Stack)
+    assert {c.host for c in CELLS} == set(Host)
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=str)
+def test_ids_round_trip(cell):
+    assert Cell.parse(cell.id) == cell
+    assert Cell.parse(cell.id).id == cell.id
+
+
+def test_id_spelling():
+    cell = Cell(Stack.CUDA, Host.WSL2NEW, Runner.V2, Mode.GRAPH)
+    assert cell.id == "cuda-wsl2new-v2-graph"
+    assert cell.session == "cell(cuda, wsl2new, v2, graph)"
+    assert cell.env() == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("cuda-wsl3-v2-graph", "unknown host 'wsl3'; valid values: linux, wsl2old, wsl2new"),
+        ("metal-linux-v1-graph", "unknown stack 'metal'; valid values: cuda, rocm"),
+        ("cuda-linux-v2", "expected stack-host-runner-mode"),
+        ("", "expected stack-host-runner-mode"),
+    ],
+)
+def test_bad_id_names_the_valid_values(bad, says):
+    with pytest.raises(MatrixError) as err:
+        Cell.parse(bad)
+    assert says in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_patterns_select_in_matrix_order_without_duplicates():
+    assert [c.id for c in select("cuda-wsl2*-*-graph")] == [
+        "cuda-wsl2old-v1-graph", "cuda-wsl2old-v2-graph", "cuda-wsl2new-v1-graph", "cuda-wsl2new-v2-graph",
+    ]
+    both = select("rocm-linux-v1-eager,rocm-linux-*-eager")
+    assert [c.id for c in both] == ["rocm-linux-v1-eager", "rocm-linux-v2-eager"]
+    assert select(None) == list(CELLS) == select("all")
+
+
+@pytest.mark.parametrize("pattern", ["cuda-wsl9*", "cuda-linux-v1-graph,,rocm-*", "cuda-linux-v3-graph"])
+def test_bad_patterns_are_errors(pattern):
+    with pytest.raises(MatrixError):
+        select(pattern)
+
+
+def test_nox_lists_every_cell_with_its_tags():
+    listing = subprocess.run(
+        [sys.executable, "-m", "nox", "-l", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    sessions = {s["session"]: s for s in json.loads(listing.stdout)}
+    for cell in CELLS:
+        entry = sessions[cell.session]
+        assert set(entry["tags"]) == {"cell", *(str(v) for v in (cell.stack, cell.host, cell.runner, cell.mode))}
+        assert entry["description"], "every session documents itself"
+    assert {"gate", "wsl_cuda_graph", "tests", "lint"} <= set(sessions)

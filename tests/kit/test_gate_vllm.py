@@ -1,0 +1,80 @@
+"""The gate evaluation against the real installed vLLM (the version the kit pins).
+
+No GPU here: each request stubs the GPU (gate-only), as a cell on this machine does.
+"""
+
+import platform
+from importlib import metadata
+
+import pytest
+
+from matrix.cells import Host, Stack
+from repro.gate import GateRequest, evaluate
+
+pytestmark = pytest.mark.skipif(
+    not any(d.metadata["Name"] == "vllm" for d in metadata.distributions()),
+    reason="vLLM is not installed: run through `nox -s tests`, which installs it",
+)
+
+
+def gate_only(stack, host, pin_env):
+    return GateRequest(stack, host, pin_env, present_host=True, stub_gpu=True)
+
+
+@pytest.fixture(scope="module")
+def answers():
+    requests = [gate_only(s, h, p) for s in Stack for h in (Host.WSL2OLD, Host.WSL2NEW) for p in ("unset", "1")]
+    requests.append(gate_only(Stack.CUDA, Host.LINUX, "unset"))
+    outcomes = evaluate(requests, timeout=300)
+    assert all(o.ok for o in outcomes.values()), {r.label: o.detail for r, o in outcomes.items() if not o.ok}
+    return {(r.stack, r.host, r.pin_env): o.value for r, o in outcomes.items()}
+
+
+def test_vllm_detects_the_cells_platform_class(answers):
+    assert answers[Stack.CUDA, Host.WSL2NEW, "1"]["platform_class"].startswith("vllm.platforms.cuda.")
+    assert answers[Stack.ROCM, Host.WSL2NEW, "1"]["platform_class"] == "vllm.platforms.rocm.RocmPlatform"
+
+
+def test_cuda_on_a_new_wsl2_kernel_pins_only_when_asked(answers):
+    off, on = answers[Stack.CUDA, Host.WSL2NEW, "unset"], answers[Stack.CUDA, Host.WSL2NEW, "1"]
+    assert (off["pin"], off["uva"], off["warning"]) == (False, False, "none")  # silently off
+    assert (off["v2_buffer"], off["offload_path"]) == ("NonUvaBuffer", "pageable-copy")
+    assert (on["pin"], on["uva"], on["v2_buffer"], on["offload_path"]) == (True, True, "UvaBuffer", "uva")
+    assert on["pin_memory_constant"] is True  # torch_utils.PIN_MEMORY, frozen at import
+
+
+def test_old_kernels_never_pin_and_say_why(answers):
+    for stack in Stack:
+        for pin_env in ("unset", "1"):
+            answer = answers[stack, Host.WSL2OLD, pin_env]
+            assert answer["platform_pin"] is False
+            assert answer["warning"] == "wsl-kernel"
+            assert any("wsl --update" in m for m in answer["warnings"])
+
+
+def test_rocm_ignores_the_opt_in_variable(answers):
+    assert answers[Stack.ROCM, Host.WSL2NEW, "unset"]["pin"] is True
+    assert answers[Stack.ROCM, Host.WSL2NEW, "1"]["pin"] is True
+
+
+def test_native_linux_pins_and_the_runner_follows_the_variable(answers):
+    linux = answers[Stack.CUDA, Host.LINUX, "unset"]
+    assert (linux["pin"], linux["warning"], linux["offload_path"]) == (True, "none", "uva")
+    assert (linux["runner_v1"], linux["runner_v2"]) == ("v1", "v2")
+
+
+def test_the_parent_process_is_left_alone(answers):
+    assert "microsoft" not in " ".join(platform.uname()).lower()
+    import sys
+
+    assert "vllm" not in sys.modules
+
+
+def test_vllm_failing_to_load_under_a_host_is_a_result(monkeypatch):
+    # vLLM's rocm.py refuses to import when these two disagree: a real failure, recorded.
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    (outcome,) = evaluate([gate_only(Stack.ROCM, Host.WSL2NEW, "unset")], timeout=300).values()
+    assert outcome.ok
+    assert outcome.value["imports"] is False
+    assert "VISIBLE_DEVICES" in outcome.value["import_error"]

@@ -1,0 +1,113 @@
+"""Host detection. WSL2 and GPUs cannot exist on this machine: those cases are
+described as HostFacts (plain values), which is all detection reads."""
+
+import json
+
+import pytest
+
+from matrix.cells import Host, Stack
+from matrix.hostinfo import (
+    ENV_SCHEMA,
+    REDACTED,
+    Gpu,
+    HostFacts,
+    detect,
+    detected_from_record,
+    environment_record,
+    parse_kernel_version,
+    redact,
+)
+
+LINUX = {"system": "Linux", "node": "box", "release": "6.8.0-45-generic", "version": "#1 SMP", "machine": "x86_64"}
+
+
+def wsl(release: str, **kw) -> HostFacts:
+    return HostFacts(uname={**LINUX, "release": release}, **kw)
+
+
+@pytest.mark.parametrize(
+    "release, version",
+    [
+        ("5.15.167.4-microsoft-standard-WSL2", (5, 15, 167)),
+        ("4.19.104-microsoft-standard", (4, 19, 104)),
+        ("6.8.0-45-generic", (6, 8, 0)),
+        ("6.6", (6, 6, 0)),
+        ("garbage", None),
+        ("", None),
+    ],
+)
+def test_kernel_versions(release, version):
+    assert parse_kernel_version(release) == version
+
+
+@pytest.mark.parametrize(
+    "facts, host",
+    [
+        (HostFacts(uname=LINUX), Host.LINUX),
+        (wsl("5.15.167.4-microsoft-standard-WSL2"), Host.WSL2NEW),
+        (wsl("4.19.121-microsoft-standard"), Host.WSL2NEW),  # the first kernel with pinned memory
+        (wsl("4.19.104-microsoft-standard"), Host.WSL2OLD),
+        # A custom WSL2 kernel without "microsoft" in uname is still WSL by its interop and distro.
+        (wsl("6.1.0-custom", wsl_interop=True), Host.WSL2NEW),
+        (wsl("6.1.0-custom", environ={"WSL_DISTRO_NAME": "Ubuntu"}), Host.WSL2NEW),
+        (wsl("custom-kernel-microsoft"), Host.WSL2OLD),  # unparsable: treated as too old, like vLLM does
+    ],
+)
+def test_host_classification(facts, host):
+    assert detect(facts).host is host
+
+
+def test_gpu_stack_from_device_evidence():
+    assert detect(HostFacts(uname=LINUX)).stack is None
+    cuda = HostFacts(uname=LINUX, nvidia_gpus=(Gpu("NVIDIA H200", "580.65"),))
+    assert (detect(cuda).stack, detect(cuda).gpu) == (Stack.CUDA, "NVIDIA H200")
+    assert detect(HostFacts(uname=LINUX, dev_kfd=True)).stack is Stack.ROCM
+    # ROCm on WSL2 has /dev/dxg and no /dev/kfd: torch being a HIP build decides.
+    dxg = wsl("6.6.87.2-microsoft-standard-WSL2", dev_dxg=True, torch={"version": "2.9", "hip": "6.4", "cuda": None})
+    assert detect(dxg).stack is Stack.ROCM
+    bare_dxg = wsl("6.6.87.2-microsoft-standard-WSL2", dev_dxg=True)
+    assert detect(bare_dxg).stack is None
+    assert "/dev/dxg" in detect(bare_dxg).stack_reason
+
+
+def test_secret_looking_values_are_redacted():
+    kept = redact({
+        "VLLM_WSL2_ENABLE_PIN_MEMORY": "1", "HF_TOKEN": "hf_abc", "HF_HOME": "/x", "MY_API_KEY": "k",
+        "GITHUB_TOKEN": "ghs", "DB_PASSWORD": "p", "PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0",
+    })
+    assert kept == {
+        "CUDA_VISIBLE_DEVICES": "0", "DB_PASSWORD": REDACTED, "GITHUB_TOKEN": REDACTED, "HF_HOME": REDACTED,
+        "HF_TOKEN": REDACTED, "MY_API_KEY": REDACTED, "VLLM_WSL2_ENABLE_PIN_MEMORY": "1",
+    }
+
+
+def test_record_round_trips_the_detected_host():
+    facts = wsl("5.15.167.4-microsoft-standard-WSL2", nvidia_gpus=(Gpu("NVIDIA GeForce RTX 3090", "581.15"),),
+                wsl_exe_version="WSL version: 2.6.1.0")
+    record = environment_record(facts)
+    assert record["schema"] == ENV_SCHEMA
+    assert record["wsl"]["is_wsl"] and record["wsl"]["wsl_exe_version"] == "WSL version: 2.6.1.0"
+    assert record["kernel"]["version"] == [5, 15, 167]
+    assert detected_from_record(json.loads(json.dumps(record))) == detect(facts)
+    # The hash describes the environment, not the moment it was collected.
+    assert environment_record(facts)["env_hash"] == record["env_hash"]
+    other = wsl("5.15.167.4-microsoft-standard-WSL2", environ={"VLLM_WSL2_ENABLE_PIN_MEMORY": "1"})
+    assert environment_record(other)["env_hash"] != record["env_hash"]
+
+
+def test_env_command_on_this_machine(cli, tmp_path):
+    out = tmp_path / "env.json"
+    done = cli("env", "--out", str(out), env={"HF_TOKEN": "hf_secret_value", "VLLM_WSL2_ENABLE_PIN_MEMORY": "1"})
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    record = json.loads(text)
+    assert record["schema"] == ENV_SCHEMA
+    assert record["host"]["detected"] == "linux"  # this machine: native Linux, no GPU
+    assert record["host"]["stack"] is None
+    assert record["gpu"]["pinned_allocation"] is None  # only tried where a GPU is present
+    assert record["environment"]["HF_TOKEN"] == REDACTED
+    assert "hf_secret_value" not in text
+    assert record["environment"]["VLLM_WSL2_ENABLE_PIN_MEMORY"] == "1"
+    assert record["packages"]["vllm"]["version"]  # read from metadata, never imported
+    assert record["packages"]["torch"]["version"].startswith("2.")  # read from torch/version.py, not imported
+    assert "wrote" in done.stderr and record["env_hash"] in done.stderr
