@@ -65,7 +65,7 @@ def _run_cells(session: nox.Session, pattern: str, tests: str = "tests/cell") ->
     args, pytest_args = _options(session)
     plans = plan_cells(select(pattern), hostinfo.detect(hostinfo.collect_facts()))
     _install(session, args.vllm, full=any(plan.execution.uses_gpu for plan in plans))
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     tmp = Path(session.create_tmp())
     env_record, raw = tmp / "env.json", tmp / "junit.xml"
     raw.unlink(missing_ok=True)
@@ -73,12 +73,34 @@ def _run_cells(session: nox.Session, pattern: str, tests: str = "tests/cell") ->
     session.run("python", "-m", "matrix", "plan", "--cells", pattern)
     # Exit 1 means tests failed: a result, written below like any other.
     session.run(
-        "python", "-m", "pytest", tests, "--cells", pattern, "-o", "junit_family=xunit1",
-        f"--junitxml={raw}", "-q", "-rfEX", *pytest_args, success_codes=[0, 1],
+        "python",
+        "-m",
+        "pytest",
+        tests,
+        "--cells",
+        pattern,
+        "-o",
+        "junit_family=xunit1",
+        f"--junitxml={raw}",
+        "-q",
+        "-rfEX",
+        *pytest_args,
+        success_codes=[0, 1],
     )
     session.run(
-        "python", "-m", "matrix", "split", str(raw), "--cells", pattern,
-        "--env", str(env_record), "--out", str(RESULTS), "--started-at", started,
+        "python",
+        "-m",
+        "matrix",
+        "split",
+        str(raw),
+        "--cells",
+        pattern,
+        "--env",
+        str(env_record),
+        "--out",
+        str(RESULTS),
+        "--started-at",
+        started,
     )
     session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(RESULTS), "--strict")
 
@@ -87,9 +109,11 @@ def _run_cells(session: nox.Session, pattern: str, tests: str = "tests/cell") ->
 @nox.parametrize(
     "stack,host,runner,mode",
     [
-        nox.param(*(str(v) for v in (c.stack, c.host, c.runner, c.mode)),
-                  id=f"{c.stack}, {c.host}, {c.runner}, {c.mode}",
-                  tags=["cell", str(c.stack), str(c.host), str(c.runner), str(c.mode)])
+        nox.param(
+            *(str(v) for v in (c.stack, c.host, c.runner, c.mode)),
+            id=f"{c.stack}, {c.host}, {c.runner}, {c.mode}",
+            tags=["cell", str(c.stack), str(c.host), str(c.runner), str(c.mode)],
+        )
         for c in CELLS
     ],
 )

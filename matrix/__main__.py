@@ -37,8 +37,11 @@ def cmd_env(args) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         host = record["host"]
-        print(f"wrote {args.out}: host {host['detected']}, GPU stack {host['stack'] or 'none'} "
-              f"({host['stack_reason']}), env hash {record['env_hash']}", file=sys.stderr)
+        print(
+            f"wrote {args.out}: host {host['detected']}, GPU stack {host['stack'] or 'none'} "
+            f"({host['stack_reason']}), env hash {record['env_hash']}",
+            file=sys.stderr,
+        )
     else:
         sys.stdout.write(text)
     return 0
@@ -59,8 +62,11 @@ def cmd_plan(args) -> int:
             print(f"{p.cell.id.ljust(width)}  {p.execution.value:<9}  {p.reason}")
     misrouted = [p for p in plans if p.execution is Execution.MISROUTED]
     if misrouted:
-        print(f"error: {len(misrouted)} cell(s) misrouted: this runner is not the host its labels claim; "
-              "fix the runner's labels or run the cell where it belongs", file=sys.stderr)
+        print(
+            f"error: {len(misrouted)} cell(s) misrouted: this runner is not the host its labels claim; "
+            "fix the runner's labels or run the cell where it belongs",
+            file=sys.stderr,
+        )
         return 3
     return 0
 
@@ -86,7 +92,7 @@ def cmd_split(args) -> int:
         env=record,
         kit_commit=kit_commit(),
         runner_name=os.environ.get("RUNNER_NAME") or platform.node(),
-        started_at=args.started_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        started_at=args.started_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
     raw = Path(args.raw)
     written = write_cell_results(plans, raw if raw.exists() else None, run, Path(args.out))

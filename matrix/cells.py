@@ -35,9 +35,7 @@ class Axis(enum.Enum):
             return cls(text)
         except ValueError:
             valid = ", ".join(v.value for v in cls)
-            raise MatrixError(
-                f"unknown {cls.__name__.lower()} {text!r}; valid values: {valid}"
-            ) from None
+            raise MatrixError(f"unknown {cls.__name__.lower()} {text!r}; valid values: {valid}") from None
 
 
 class Stack(Axis):
@@ -124,25 +122,20 @@ class Cell:
         parts = text.strip().split("-")
         if len(parts) != len(AXES):
             raise MatrixError(
-                f"bad cell id {text!r}: expected stack-host-runner-mode, "
-                f"e.g. cuda-wsl2new-v2-graph; {_valid_values()}"
+                f"bad cell id {text!r}: expected stack-host-runner-mode, e.g. cuda-wsl2new-v2-graph; {_valid_values()}"
             )
-        return cls(*(axis.parse(part) for axis, part in zip(AXES, parts)))
+        return cls(*(axis.parse(part) for axis, part in zip(AXES, parts, strict=True)))
 
     def env(self) -> dict[str, str]:
         """Environment variables the cell sets for vLLM."""
         return {"VLLM_USE_V2_MODEL_RUNNER": self.runner.env_value}
 
 
-CELLS: tuple[Cell, ...] = tuple(
-    Cell(*values) for values in itertools.product(*(list(axis) for axis in AXES))
-)
+CELLS: tuple[Cell, ...] = tuple(Cell(*values) for values in itertools.product(*(list(axis) for axis in AXES)))
 
 
 def _valid_values() -> str:
-    return "; ".join(
-        f"{axis.__name__.lower()}: {'|'.join(v.value for v in axis)}" for axis in AXES
-    )
+    return "; ".join(f"{axis.__name__.lower()}: {'|'.join(v.value for v in axis)}" for axis in AXES)
 
 
 def select(pattern: str | None) -> list[Cell]:
@@ -162,8 +155,7 @@ def select(pattern: str | None) -> list[Cell]:
             hits = [c for c in CELLS if fnmatch.fnmatchcase(c.id, part)]
             if not hits:
                 raise MatrixError(
-                    f"cell pattern {part!r} matches no cell; ids look like "
-                    f"cuda-wsl2new-v2-graph ({_valid_values()})"
+                    f"cell pattern {part!r} matches no cell; ids look like cuda-wsl2new-v2-graph ({_valid_values()})"
                 )
         chosen.extend(c for c in hits if c not in chosen)
     return chosen

@@ -86,8 +86,13 @@ def _rule_from_table(index: int, table: dict) -> Rule:
             f"{where} in expectations.toml: expect needs keys from {sorted(GATE_KEYS)}, got {sorted(expect)}"
         )
     return Rule(
-        id=str(table.get("id", index + 1)), cells=cells, vllm=spec, pin_env=pin_env,
-        expect=expect, issue=table.get("issue"), note=table.get("note", ""),
+        id=str(table.get("id", index + 1)),
+        cells=cells,
+        vllm=spec,
+        pin_env=pin_env,
+        expect=expect,
+        issue=table.get("issue"),
+        note=table.get("note", ""),
     )
 
 
@@ -99,9 +104,7 @@ def load_rules(path: Path = EXPECTATIONS_FILE) -> list[Rule]:
     return [_rule_from_table(i, t) for i, t in enumerate(data.get("rule", []))]
 
 
-def expected_values(
-    rules: list[Rule], cell: Cell, vllm_version: str, pin_env: str
-) -> dict[str, Expected]:
+def expected_values(rules: list[Rule], cell: Cell, vllm_version: str, pin_env: str) -> dict[str, Expected]:
     version = Version(vllm_version)
     resolved: dict[str, Expected] = {}
     for rule in rules:

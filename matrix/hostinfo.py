@@ -28,8 +28,18 @@ ENV_SCHEMA = "wslpin-kit.env/1"
 
 # Environment variables worth recording: they steer vLLM, torch or the GPU stack.
 RECORDED_PREFIXES = (
-    "VLLM_", "CUDA_", "HIP_", "ROCM_", "HSA_", "NVIDIA_", "PYTORCH_", "TORCH_",
-    "WSL", "HF_", "GITHUB_RUN", "RUNNER_",
+    "VLLM_",
+    "CUDA_",
+    "HIP_",
+    "ROCM_",
+    "HSA_",
+    "NVIDIA_",
+    "PYTORCH_",
+    "TORCH_",
+    "WSL",
+    "HF_",
+    "GITHUB_RUN",
+    "RUNNER_",
 )
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH", "HF_")
 REDACTED = "<redacted>"
@@ -183,7 +193,7 @@ def environment_record(facts: HostFacts, pinned_allocation: dict | None = None) 
         "environment": redact(facts.environ),
     }
     body["env_hash"] = environment_hash(body)
-    return {"collected_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **body}
+    return {"collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **body}
 
 
 def environment_hash(record: dict) -> str:
@@ -290,8 +300,11 @@ def collect_facts() -> HostFacts:
     tools = {name: _which(name) for name in ("nvidia-smi", "amd-smi", "rocm-smi", "wsl.exe")}
     return HostFacts(
         uname={
-            "system": uname.system, "node": uname.node, "release": uname.release,
-            "version": uname.version, "machine": uname.machine,
+            "system": uname.system,
+            "node": uname.node,
+            "release": uname.release,
+            "version": uname.version,
+            "machine": uname.machine,
         },
         environ=dict(os.environ),
         wsl_interop=os.path.exists("/proc/sys/fs/binfmt_misc/WSLInterop"),
@@ -321,7 +334,7 @@ def check_pinned_allocation(python: str = sys.executable) -> dict:
         return {"ok": False, "detail": "timed out after 120 s"}
     if done.returncode == 0:
         return {"ok": done.stdout.strip() == "pinned", "detail": done.stdout.strip()}
-    last = (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]
+    last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
     return {"ok": False, "detail": last}
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from junitparser import Error, JUnitXml, Properties, TestCase, TestSuite
 
-from matrix.cells import Cell
 from matrix.plan import CellPlan
 
 ENVELOPE_SCHEMA = "wslpin-kit.envelope/1"
@@ -35,9 +34,7 @@ def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
     torch = env.get("packages", {}).get("torch") or {}
     vllm = env.get("packages", {}).get("vllm") or {}
     devices = env.get("gpu", {}).get("devices") or [{}]
-    torch_build = (
-        f"cuda {torch['cuda']}" if torch.get("cuda") else f"hip {torch['hip']}" if torch.get("hip") else "cpu"
-    )
+    torch_build = f"cuda {torch['cuda']}" if torch.get("cuda") else f"hip {torch['hip']}" if torch.get("hip") else "cpu"
     values = {
         "envelope_schema": ENVELOPE_SCHEMA,
         "cell_id": cell.id,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from junitparser import Failure, JUnitXml, Skipped
 from junitparser import Error as JError
+from junitparser import Failure, JUnitXml, Skipped
 
 from matrix.junit import case_properties, suite_properties
 
@@ -58,18 +58,29 @@ COLUMNS = ("cell", "execution", "pass", "fail", "known", "skip", "pin", "uva", "
 def render(summaries: list[CellSummary]) -> str:
     rows = [COLUMNS]
     for s in summaries:
-        rows.append((
-            s.cell, s.execution, str(s.passed), str(s.failed), str(s.known), str(s.skipped),
-            _pair(s, "pin"), _pair(s, "uva"), _pair(s, "v2_buffer") if "-v2-" in s.cell else "n/a",
-            _pair(s, "offload_path"),
-        ))
+        rows.append(
+            (
+                s.cell,
+                s.execution,
+                str(s.passed),
+                str(s.failed),
+                str(s.known),
+                str(s.skipped),
+                _pair(s, "pin"),
+                _pair(s, "uva"),
+                _pair(s, "v2_buffer") if "-v2-" in s.cell else "n/a",
+                _pair(s, "offload_path"),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     versions = sorted({s.vllm for s in summaries})
     lines.append("")
-    lines.append(f"vLLM {', '.join(versions)}; values are VLLM_WSL2_ENABLE_PIN_MEMORY unset / =1 "
-                 "(one value when both agree); known = expected failure with its issue.")
+    lines.append(
+        f"vLLM {', '.join(versions)}; values are VLLM_WSL2_ENABLE_PIN_MEMORY unset / =1 "
+        "(one value when both agree); known = expected failure with its issue."
+    )
     for s in summaries:
         for name in s.failures:
             lines.append(f"FAILED {s.cell}: {name}")

@@ -36,7 +36,7 @@ class _NvmlError(Exception):
     """Named like pynvml's errors: vLLM treats exceptions with 'nvml' in the class name as 'no NVIDIA GPU'."""
 
 
-class NVMLError_LibraryNotFound(_NvmlError):  # noqa: N801 - pynvml's own spelling
+class NVMLError_LibraryNotFound(_NvmlError):  # noqa: N801, N818 - pynvml's own spelling
     pass
 
 
@@ -65,7 +65,7 @@ def _nvml_stub(gpus: int) -> types.ModuleType:
     return nvml
 
 
-class AmdSmiException(Exception):
+class AmdSmiException(Exception):  # noqa: N818 - amdsmi's own name
     pass
 
 
@@ -133,6 +133,10 @@ def stub_gpu(stack: Stack) -> None:
 
         # Older rocm.py reads the GCN arch from the device properties at import.
         torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(
-            gcnArchName=EMULATED_GCN_ARCH, name="emulated Radeon RX 7900 XTX", total_memory=24 << 30,
-            major=11, minor=0, multi_processor_count=48,
+            gcnArchName=EMULATED_GCN_ARCH,
+            name="emulated Radeon RX 7900 XTX",
+            total_memory=24 << 30,
+            major=11,
+            minor=0,
+            multi_processor_count=48,
         )

@@ -39,7 +39,9 @@ class GateRequest:
     @classmethod
     def for_cell(cls, cell: Cell, pin_env: str, execution: Execution) -> GateRequest:
         return cls(
-            cell.stack, cell.host, pin_env,
+            cell.stack,
+            cell.host,
+            pin_env,
             present_host=execution is not Execution.NATIVE,
             stub_gpu=not execution.uses_gpu,
         )
@@ -194,7 +196,9 @@ def preload() -> None:
             pass
 
 
-def evaluate(requests: list[GateRequest], timeout: float = DEFAULT_TIMEOUT, jobs: int | None = None) -> dict[GateRequest, Outcome]:
+def evaluate(
+    requests: list[GateRequest], timeout: float = DEFAULT_TIMEOUT, jobs: int | None = None
+) -> dict[GateRequest, Outcome]:
     unique = sorted(set(requests))
     preload()
-    return dict(zip(unique, run_isolated(decide, unique, timeout=timeout, jobs=jobs)))
+    return dict(zip(unique, run_isolated(decide, unique, timeout=timeout, jobs=jobs), strict=True))

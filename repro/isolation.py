@@ -103,9 +103,7 @@ def run_isolated(
                 with open(log_path, errors="replace") as f:
                     log = f.read()[-_LOG_TAIL:]
                 receiver.close()
-                results[index] = Outcome(
-                    outcome.status, outcome.value, outcome.detail, log, round(elapsed, 2)
-                )
+                results[index] = Outcome(outcome.status, outcome.value, outcome.detail, log, round(elapsed, 2))
                 del running[index]
     return [results[i] for i in range(len(args))]
 

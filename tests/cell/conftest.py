@@ -16,7 +16,6 @@ from matrix.expectations import GATE_KEYS, load_rules
 from matrix.plan import plan_cells
 from repro import gate
 
-
 # "imports" has a test of its own: without it no other value exists.
 GATE_VALUE_KEYS = [key for key in GATE_KEYS if key != "imports"]
 
@@ -24,8 +23,12 @@ GATE_VALUE_KEYS = [key for key in GATE_KEYS if key != "imports"]
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("wslpin-kit")
     group.addoption("--cells", default=None, help="cell ids or globs (default: all 24)")
-    group.addoption("--gate-timeout", type=float, default=gate.DEFAULT_TIMEOUT,
-                    help="seconds before a gate evaluation child is killed")
+    group.addoption(
+        "--gate-timeout",
+        type=float,
+        default=gate.DEFAULT_TIMEOUT,
+        help="seconds before a gate evaluation child is killed",
+    )
 
 
 def _plans(config: pytest.Config):

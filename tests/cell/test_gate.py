@@ -25,11 +25,13 @@ def _check(request, tag, rules, cell, vllm_version, pin_env, key, observed, cont
     tag("rule", expected.rule.id)
     if expected.known_issue:
         tag("issue", expected.known_issue)
-        request.applymarker(pytest.mark.xfail(
-            strict=True,
-            reason=f"known failure {expected.known_issue} (rule {expected.rule.id}); "
-                   "if this passes the issue is fixed: update the rule",
-        ))
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason=f"known failure {expected.known_issue} (rule {expected.rule.id}); "
+                "if this passes the issue is fixed: update the rule",
+            )
+        )
     assert observed == expected.value, (
         f"{GATE_KEYS[key]}: vLLM {vllm_version} decided {observed!r} but rule {expected.rule.id!r} "
         f"expects {expected.value!r} ({expected.rule.note}){context}"
@@ -46,8 +48,17 @@ def test_vllm_imports(request, tag, rules, gate_outcomes, plans, cell, pin_env, 
         pytest.fail(f"no answer from vLLM under this host ({outcome.status}): {outcome.detail}\n{outcome.log}")
     answer = outcome.value
     tag("platform_class", answer.get("platform_class", ""))
-    _check(request, tag, rules, cell, vllm_version, pin_env, "imports", answer["imports"],
-           "\n" + answer.get("import_error", ""))
+    _check(
+        request,
+        tag,
+        rules,
+        cell,
+        vllm_version,
+        pin_env,
+        "imports",
+        answer["imports"],
+        "\n" + answer.get("import_error", ""),
+    )
 
 
 def test_gate_value(request, tag, rules, gate_outcomes, plans, cell, pin_env, gate_key, vllm_version):

@@ -13,8 +13,13 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_module(module: str, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run ``python -m module args`` from the kit's root, as a person would."""
     return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, timeout=timeout, check=False,
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
     )
 
 

@@ -46,7 +46,10 @@ def test_bad_id_names_the_valid_values(bad, says):
 
 def test_patterns_select_in_matrix_order_without_duplicates():
     assert [c.id for c in select("cuda-wsl2*-*-graph")] == [
-        "cuda-wsl2old-v1-graph", "cuda-wsl2old-v2-graph", "cuda-wsl2new-v1-graph", "cuda-wsl2new-v2-graph",
+        "cuda-wsl2old-v1-graph",
+        "cuda-wsl2old-v2-graph",
+        "cuda-wsl2new-v1-graph",
+        "cuda-wsl2new-v2-graph",
     ]
     both = select("rocm-linux-v1-eager,rocm-linux-*-eager")
     assert [c.id for c in both] == ["rocm-linux-v1-eager", "rocm-linux-v2-eager"]

@@ -26,7 +26,9 @@ def test_known_failures_carry_their_issue():
     assert rocm["warning"].known_issue is None  # only the values the issue is about
     old = expected_values(RULES, Cell.parse("cuda-wsl2old-v2-graph"), "0.27.0", "unset")
     assert old["v2_buffer"].known_issue.endswith("/47387")
-    assert expected_values(RULES, Cell.parse("cuda-wsl2old-v2-graph"), "0.33.0", "unset")["v2_buffer"].known_issue is None
+    assert (
+        expected_values(RULES, Cell.parse("cuda-wsl2old-v2-graph"), "0.33.0", "unset")["v2_buffer"].known_issue is None
+    )
 
 
 def test_version_ranges_follow_the_releases():

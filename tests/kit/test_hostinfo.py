@@ -71,19 +71,35 @@ def test_gpu_stack_from_device_evidence():
 
 
 def test_secret_looking_values_are_redacted():
-    kept = redact({
-        "VLLM_WSL2_ENABLE_PIN_MEMORY": "1", "HF_TOKEN": "hf_abc", "HF_HOME": "/x", "MY_API_KEY": "k",
-        "GITHUB_TOKEN": "ghs", "DB_PASSWORD": "p", "PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0",
-    })
+    kept = redact(
+        {
+            "VLLM_WSL2_ENABLE_PIN_MEMORY": "1",
+            "HF_TOKEN": "hf_abc",
+            "HF_HOME": "/x",
+            "MY_API_KEY": "k",
+            "GITHUB_TOKEN": "ghs",
+            "DB_PASSWORD": "p",
+            "PATH": "/usr/bin",
+            "CUDA_VISIBLE_DEVICES": "0",
+        }
+    )
     assert kept == {
-        "CUDA_VISIBLE_DEVICES": "0", "DB_PASSWORD": REDACTED, "GITHUB_TOKEN": REDACTED, "HF_HOME": REDACTED,
-        "HF_TOKEN": REDACTED, "MY_API_KEY": REDACTED, "VLLM_WSL2_ENABLE_PIN_MEMORY": "1",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "DB_PASSWORD": REDACTED,
+        "GITHUB_TOKEN": REDACTED,
+        "HF_HOME": REDACTED,
+        "HF_TOKEN": REDACTED,
+        "MY_API_KEY": REDACTED,
+        "VLLM_WSL2_ENABLE_PIN_MEMORY": "1",
     }
 
 
 def test_record_round_trips_the_detected_host():
-    facts = wsl("5.15.167.4-microsoft-standard-WSL2", nvidia_gpus=(Gpu("NVIDIA GeForce RTX 3090", "581.15"),),
-                wsl_exe_version="WSL version: 2.6.1.0")
+    facts = wsl(
+        "5.15.167.4-microsoft-standard-WSL2",
+        nvidia_gpus=(Gpu("NVIDIA GeForce RTX 3090", "581.15"),),
+        wsl_exe_version="WSL version: 2.6.1.0",
+    )
     record = environment_record(facts)
     assert record["schema"] == ENV_SCHEMA
     assert record["wsl"]["is_wsl"] and record["wsl"]["wsl_exe_version"] == "WSL version: 2.6.1.0"

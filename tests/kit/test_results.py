@@ -73,15 +73,25 @@ def test_summary_prints_the_table(results):
 def test_a_cell_without_results_still_gets_a_file_that_says_why(tmp_path):
     env = tmp_path / "env.json"
     assert run_module("matrix", "env", "--out", str(env)).returncode == 0
-    done = run_module("matrix", "split", str(tmp_path / "absent.xml"), "--cells", "cuda-linux-*-graph",
-                      "--env", str(env), "--out", str(tmp_path / "out"))
+    done = run_module(
+        "matrix",
+        "split",
+        str(tmp_path / "absent.xml"),
+        "--cells",
+        "cuda-linux-*-graph",
+        "--env",
+        str(env),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert done.returncode == 0, done.stderr
     for cell in ("cuda-linux-v1-graph", "cuda-linux-v2-graph"):
         (suite,) = JUnitXml.fromfile(str(tmp_path / "out" / f"{cell}.xml"))
         (case,) = list(suite)
         assert case.name == "no_results" and "pytest wrote no result" in case.result[0].message
-    strict = run_module("matrix", "summary", "--cells", "cuda-linux-*-graph", "--results", str(tmp_path / "out"),
-                        "--strict")
+    strict = run_module(
+        "matrix", "summary", "--cells", "cuda-linux-*-graph", "--results", str(tmp_path / "out"), "--strict"
+    )
     assert strict.returncode == 1 and "FAILED cuda-linux-v1-graph: no_results" in strict.stdout
 
 
