@@ -13,9 +13,7 @@ from pathlib import Path
 
 from matrix import hostinfo
 from matrix.cells import MatrixError, select
-from matrix.junit import RunInfo, write_cell_results
 from matrix.plan import Execution, plan_cells
-from matrix.summary import render, summarize
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,6 +81,10 @@ def kit_commit() -> str:
 
 
 def cmd_split(args) -> int:
+    # junitparser is imported here, not at the top: `env` and `plan` must work on
+    # a bare Python (a fresh runner, the workflow's plan job) with nothing installed.
+    from matrix.junit import RunInfo, write_cell_results
+
     env_path = Path(args.env)
     if not env_path.exists():
         raise MatrixError(f"{env_path} does not exist: write it first with `python -m matrix env --out {env_path}`")
@@ -101,6 +103,8 @@ def cmd_split(args) -> int:
 
 
 def cmd_summary(args) -> int:
+    from matrix.summary import render, summarize
+
     out = Path(args.results)
     paths = [out / f"{cell.id}.xml" for cell in select(_cells_arg(args))]
     absent = [p for p in paths if not p.exists()]

@@ -9,6 +9,7 @@ the envelope of provenance properties that the report reads.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
     vllm = env.get("packages", {}).get("vllm") or {}
     devices = env.get("gpu", {}).get("devices") or [{}]
     torch_build = f"cuda {torch['cuda']}" if torch.get("cuda") else f"hip {torch['hip']}" if torch.get("hip") else "cpu"
-    values = {
+    return {
         "envelope_schema": ENVELOPE_SCHEMA,
         "cell_id": cell.id,
         "stack": cell.stack.value,
@@ -59,7 +60,6 @@ def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
         "env_hash": env.get("env_hash", ""),
         "env_schema": env.get("schema", ""),
     }
-    return values
 
 
 def case_properties(case: TestCase) -> dict[str, str]:
@@ -98,8 +98,6 @@ def write_cell_results(
     plans: list[CellPlan], raw: Path | None, run: RunInfo, out: Path, raw_missing: str = ""
 ) -> list[Path]:
     """Write ``<out>/<cell>.xml`` and ``<out>/<cell>.env.json`` for each planned cell."""
-    import json
-
     cases = read_cases(raw) if raw is not None and raw.exists() else []
     reason = raw_missing or f"pytest wrote no result for this cell ({raw})"
     out.mkdir(parents=True, exist_ok=True)

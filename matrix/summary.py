@@ -8,6 +8,7 @@ from pathlib import Path
 from junitparser import Error as JError
 from junitparser import Failure, JUnitXml, Skipped
 
+from matrix.cells import Cell, Runner
 from matrix.junit import case_properties, suite_properties
 
 
@@ -68,7 +69,7 @@ def render(summaries: list[CellSummary]) -> str:
                 str(s.skipped),
                 _pair(s, "pin"),
                 _pair(s, "uva"),
-                _pair(s, "v2_buffer") if "-v2-" in s.cell else "n/a",
+                _pair(s, "v2_buffer") if Cell.parse(s.cell).runner is Runner.V2 else "n/a",
                 _pair(s, "offload_path"),
             )
         )

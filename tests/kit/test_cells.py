@@ -72,3 +72,15 @@ def test_nox_lists_every_cell_with_its_tags():
         assert set(entry["tags"]) == {"cell", *(str(v) for v in (cell.stack, cell.host, cell.runner, cell.mode))}
         assert entry["description"], "every session documents itself"
     assert {"gate", "wsl_cuda_graph", "tests", "lint"} <= set(sessions)
+
+
+def test_nox_refuses_a_bad_vllm_version_in_one_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "nox", "-s", "gate", "--", "--vllm", "banana"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "--vllm 'banana' is not a version number" in done.stderr and "Traceback" not in done.stderr

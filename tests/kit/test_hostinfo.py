@@ -127,3 +127,41 @@ def test_env_command_on_this_machine(cli, tmp_path):
     assert record["packages"]["vllm"]["version"]  # read from metadata, never imported
     assert record["packages"]["torch"]["version"].startswith("2.")  # read from torch/version.py, not imported
     assert "wrote" in done.stderr and record["env_hash"] in done.stderr
+
+
+def test_env_and_plan_work_on_a_bare_python(tmp_path):
+    """A fresh runner has no torch, no vLLM, nothing installed: env and plan must still work."""
+    import subprocess
+    import venv
+
+    from conftest import ROOT
+
+    venv.create(tmp_path / "bare", with_pip=False)
+    python = str(tmp_path / "bare" / "bin" / "python")
+    env = subprocess.run([python, "-m", "matrix", "env"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert env.returncode == 0, env.stderr
+    record = json.loads(env.stdout)
+    assert record["packages"] == {"torch": None, "vllm": None}
+    plan = subprocess.run(
+        [python, "-m", "matrix", "plan", "--cell", "cuda-wsl2new-v2-graph"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert plan.returncode == 0 and "gate-only" in plan.stdout, plan.stderr
+
+
+def test_matrix_never_imports_torch_vllm_or_repro():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    code = (
+        "import sys, pkgutil, importlib, matrix\n"
+        "for m in pkgutil.iter_modules(matrix.__path__): importlib.import_module('matrix.' + m.name)\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'vllm', 'repro')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
