@@ -37,6 +37,7 @@ RESULTS = ROOT / "results"
 def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog=f"nox -s '{session.name}' --", add_help=False)
     parser.add_argument("--vllm", default=VLLM_VERSION)
+    parser.add_argument("--cells", help="narrow the session's cells: ids or globs")
     args, rest = parser.parse_known_args(session.posargs)
     try:
         Version(args.vllm)
@@ -60,15 +61,23 @@ def _install(session: nox.Session, vllm: str, full: bool) -> None:
     session.install("-e", ".[test]")
 
 
-def _run_cells(session: nox.Session, pattern: str, tests: str = "tests/cell") -> None:
+def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("tests/cell",)) -> None:
     """Install, record the environment, run the cells' tests, write results/<cell>.xml, print the table."""
     args, pytest_args = _options(session)
-    plans = plan_cells(select(pattern), hostinfo.detect(hostinfo.collect_facts()))
+    cells = select(pattern)
+    if args.cells:
+        wanted = set(select(args.cells))
+        cells = [cell for cell in cells if cell in wanted]
+        if not cells:
+            session.error(f"--cells {args.cells!r} names no cell of this session ({pattern})")
+        pattern = ",".join(cell.id for cell in cells)
+    plans = plan_cells(cells, hostinfo.detect(hostinfo.collect_facts()))
     _install(session, args.vllm, full=any(plan.execution.uses_gpu for plan in plans))
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     tmp = Path(session.create_tmp())
     env_record, raw = tmp / "env.json", tmp / "junit.xml"
     raw.unlink(missing_ok=True)
+    probe_out = RESULTS / f"{cells[0].id if len(cells) == 1 else session.name}.probe.json"
     session.run("python", "-m", "matrix", "env", "--out", str(env_record))
     session.run("python", "-m", "matrix", "plan", "--cells", pattern)
     # Exit 1 means tests failed: a result, written below like any other.
@@ -76,12 +85,13 @@ def _run_cells(session: nox.Session, pattern: str, tests: str = "tests/cell") ->
         "python",
         "-m",
         "pytest",
-        tests,
+        *tests,
         "--cells",
         pattern,
         "-o",
         "junit_family=xunit1",
         f"--junitxml={raw}",
+        f"--probe-out={probe_out}",
         "-q",
         "-rfEX",
         *pytest_args,
@@ -125,7 +135,19 @@ def cell(session: nox.Session, stack: str, host: str, runner: str, mode: str) ->
 @nox.session
 def gate(session: nox.Session) -> None:
     """Gate tests of all 24 cells: what the installed vLLM decides per host, no GPU needed."""
-    _run_cells(session, "all", tests="tests/cell/test_gate.py")
+    _run_cells(session, "all", tests=("tests/cell/test_gate.py",))
+
+
+@nox.session
+def repro(session: nox.Session) -> None:
+    """The offload-with-graph reproduction through vLLM's engine, for the cells this machine's GPU can run."""
+    _run_cells(session, "all", tests=("tests/cell/test_repro.py", "-k", "not bare_torch_probe"))
+
+
+@nox.session
+def probe(session: nox.Session) -> None:
+    """The bare-torch probe of pinned memory and graph capture on this machine's GPU (no vLLM needed)."""
+    _run_cells(session, "all", tests=("tests/cell/test_repro.py", "-k", "bare_torch_probe"))
 
 
 @nox.session

@@ -53,7 +53,7 @@ def _pair(summary: CellSummary, key: str) -> str:
     return values[0] if values[0] == values[1] else f"{values[0]} / {values[1]}"
 
 
-COLUMNS = ("cell", "execution", "pass", "fail", "known", "skip", "pin", "uva", "v2 buffer", "offload")
+COLUMNS = ("cell", "execution", "pass", "fail", "known", "skip", "pin", "uva", "v2 buffer", "offload", "repro")
 
 
 def render(summaries: list[CellSummary]) -> str:
@@ -71,6 +71,7 @@ def render(summaries: list[CellSummary]) -> str:
                 _pair(s, "uva"),
                 _pair(s, "v2_buffer") if Cell.parse(s.cell).runner is Runner.V2 else "n/a",
                 _pair(s, "offload_path"),
+                _pair(s, "repro"),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]

@@ -6,12 +6,16 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from matrix import hostinfo
-from matrix.cells import MatrixError, select
+from matrix.cells import Cell, MatrixError, select
 from matrix.expectations import PIN_ENVS
-from matrix.plan import plan_cells
-from repro import gate
+from matrix.plan import Execution, plan_cells
+from repro import gate, offload, probe
+from repro.tinymodel import tiny_model
+
+BUILD = Path(__file__).resolve().parent.parent / "build"
 
 SHOWN = ("imports", "platform_pin", "pin", "uva", "warning", "v2_buffer", "offload_path")
 
@@ -44,6 +48,59 @@ def cmd_gate(args) -> int:
     return 0 if all(o.ok for o in outcomes.values()) else 1
 
 
+def cmd_tiny_model(args) -> int:
+    print(tiny_model(Path(args.cache)))
+    return 0
+
+
+def cmd_offload_graph(args) -> int:
+    cell = Cell.parse(args.cell)
+    (plan,) = plan_cells([cell], hostinfo.detect(hostinfo.collect_facts()))
+    if not plan.execution.uses_gpu:
+        print(
+            f"error: {cell} cannot run here: {plan.execution} ({plan.reason}); run it on the cell's GPU",
+            file=sys.stderr,
+        )
+        return 2
+    run = offload.EngineRun(cell, args.pin_env, True, plan.execution is not Execution.NATIVE, args.minimal)
+    results = offload.run_engines([run, run.reference()], tiny_model(Path(args.cache)), timeout=args.timeout, jobs=2)
+    for result in results.values():
+        print(f"{result.run.label}: {result.outcome} in {result.seconds:.0f} s; parameters {result.offload or '-'}")
+        if not result.ok:
+            print("  " + "\n  ".join(result.message.strip().splitlines()[-8:]))
+    ran, ref = results[run], results[run.reference()]
+    if ran.ok:
+        print(f"offload path: {ran.offload_path}; {ran.offloaded} parameter(s) offloaded")
+    if ran.ok and ref.ok:
+        print("greedy tokens " + ("match" if ran.tokens == ref.tokens else "DIFFER from") + " the reference")
+    return 0 if ran.ok else 1
+
+
+def cmd_probe(args) -> int:
+    here = hostinfo.detect(hostinfo.collect_facts())
+    names = list(probe.SECTIONS) if not args.sections else args.sections.split(",")
+    unknown = [n for n in names if n not in probe.SECTIONS]
+    if unknown:
+        raise MatrixError(f"unknown probe section(s) {unknown}; sections: {', '.join(probe.SECTIONS)}")
+    if here.stack is None:
+        results = {n: probe.SectionResult(n, "skipped", message=here.stack_reason) for n in names}
+    else:
+        results = {n: probe.run_section(n, timeout=args.timeout) for n in names}
+    for name, r in results.items():
+        print(f"{name:<32} {r.status:<8} {r.seconds:6.1f} s  {r.message.strip().splitlines()[-1] if r.message else ''}")
+    rows = results.get("bandwidth") and results["bandwidth"].metrics.get("rows", [])
+    for row in rows or []:
+        print(
+            f"  {row['bytes'] >> 10:>8} KiB  H2D pinned {row['pinned_h2d_gbs']:7.2f}  pageable "
+            f"{row['pageable_h2d_gbs']:7.2f} GB/s   D2H pinned {row['pinned_d2h_gbs']:7.2f}  pageable "
+            f"{row['pageable_d2h_gbs']:7.2f} GB/s"
+        )
+    if args.out:
+        Path(args.out).write_text(json.dumps(probe.metrics_document(results), indent=2) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0 if all(r.status in ("ok", "skipped") for r in results.values()) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m repro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -53,6 +110,24 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--jobs", type=int, help="evaluations at a time (default: one per core)")
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=cmd_gate)
+
+    o = sub.add_parser("offload-graph", help="the offload-with-graph reproduction for one cell (needs its GPU)")
+    o.add_argument("--cell", required=True, help="e.g. cuda-wsl2new-v1-graph")
+    o.add_argument("--pin-env", choices=["unset", "1"], default="unset", help="VLLM_WSL2_ENABLE_PIN_MEMORY")
+    o.add_argument("--minimal", action="store_true", help="add VLLM_WEIGHT_OFFLOADING_DISABLE_UVA/_PIN_MEMORY=1")
+    o.add_argument("--timeout", type=float, default=offload.DEFAULT_TIMEOUT, help="seconds per engine run")
+    o.add_argument("--cache", default=str(BUILD), help="where the tiny model is built")
+    o.set_defaults(func=cmd_offload_graph)
+
+    p = sub.add_parser("probe", help="the bare-torch probe of pinned memory and graph capture (needs a GPU)")
+    p.add_argument("--sections", help=f"comma-separated, default all: {', '.join(probe.SECTIONS)}")
+    p.add_argument("--out", help="write the metrics JSON here")
+    p.add_argument("--timeout", type=float, default=probe.DEFAULT_TIMEOUT, help="seconds per section")
+    p.set_defaults(func=cmd_probe)
+
+    t = sub.add_parser("tiny-model", help="build (or find) the tiny local Llama and print its directory")
+    t.add_argument("--cache", default=str(BUILD))
+    t.set_defaults(func=cmd_tiny_model)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -113,3 +114,32 @@ def _exit_reason(proc) -> str:
     if code is not None and code < 0:
         return f"child died from signal {signal.Signals(-code).name}"
     return f"child exited with status {code} without an answer"
+
+
+@dataclass(frozen=True)
+class CommandOutcome:
+    returncode: int | None  # None: killed by the timeout
+    output: str  # the tail of stdout and stderr together
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def run_command(argv: Sequence[str], env: dict[str, str], timeout: float) -> CommandOutcome:
+    """Run a fresh process (CUDA cannot be forked), killing its whole group after ``timeout``."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+        out.seek(0)
+        text = out.read().decode(errors="replace")[-_LOG_TAIL:]
+    if code is None:
+        text += f"\nkilled after {timeout:g} s without finishing"
+    return CommandOutcome(code, text, round(time.monotonic() - started, 2))

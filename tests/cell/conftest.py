@@ -7,28 +7,34 @@ Every test case carries a ``cell`` property (JUnit family xunit1), which
 from __future__ import annotations
 
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
 from matrix import hostinfo
-from matrix.cells import MatrixError, select
-from matrix.expectations import GATE_KEYS, load_rules
+from matrix.cells import Cell, MatrixError, select
+from matrix.expectations import GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.plan import plan_cells
-from repro import gate
+from repro import gate, offload
+
+BUILD = Path(__file__).resolve().parents[2] / "build"
 
 # "imports" has a test of its own: without it no other value exists.
 GATE_VALUE_KEYS = [key for key in GATE_KEYS if key != "imports"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "only_hosts(*hosts): generate the test only for cells of these hosts")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("wslpin-kit")
     group.addoption("--cells", default=None, help="cell ids or globs (default: all 24)")
-    group.addoption(
-        "--gate-timeout",
-        type=float,
-        default=gate.DEFAULT_TIMEOUT,
-        help="seconds before a gate evaluation child is killed",
-    )
+    group.addoption("--gate-timeout", type=float, default=gate.DEFAULT_TIMEOUT, help="seconds per gate evaluation")
+    group.addoption("--repro-timeout", type=float, default=offload.DEFAULT_TIMEOUT, help="seconds per engine run")
+    group.addoption("--repro-jobs", type=int, default=4, help="engines at a time on the one GPU")
+    group.addoption("--probe-out", help="write the probe's metrics JSON here")
+    group.addoption("--model-cache", default=str(BUILD), help="where the tiny model is built and reused")
 
 
 def _plans(config: pytest.Config):
@@ -76,8 +82,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     plans = _plans(metafunc.config)
     names = [n for n in ("cell", "pin_env", "gate_key") if n in metafunc.fixturenames]
+    only = metafunc.definition.get_closest_marker("only_hosts")
     cases = []
     for cell in plans:
+        if only is not None and cell.host not in only.args:
+            continue
         for pin_env in ("unset", "1") if "pin_env" in names else (None,):
             for key in GATE_VALUE_KEYS if "gate_key" in names else (None,):
                 if key == "v2_buffer" and cell.runner.value != "v2":
@@ -86,6 +95,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 ident = "-".join([cell.id] + [f"pin_env={pin_env}"] * (pin_env is not None) + [key] * (key is not None))
                 cases.append(pytest.param(*values, id=ident))
     metafunc.parametrize(names, cases)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test limited to some hosts (only_hosts) has no case in a session without
+    # such cells; pytest would still list it once, as an empty parameter set.
+    empty = [i for i in items if hasattr(i, "callspec") and not isinstance(i.callspec.params.get("cell"), Cell)]
+    if empty:
+        config.hook.pytest_deselected(items=empty)
+        items[:] = [i for i in items if i not in empty]
 
 
 @pytest.fixture
@@ -97,3 +115,37 @@ def tag(request, record_property, cell, plans):
         record_property("pin_env", pin_env)
     record_property("execution", plans[cell].execution.value)
     return record_property
+
+
+@pytest.fixture
+def expect(request, tag, rules, cell, vllm_version):
+    """Check an observed value against its rule in expectations.toml; a known failure becomes a strict xfail."""
+    pin_env = request.node.callspec.params["pin_env"]
+
+    def check(key: str, observed, context: str = "") -> None:
+        tag("gate_key", key)
+        tag("observed", str(observed))
+        expected = expected_values(rules, cell, vllm_version, pin_env).get(key)
+        if expected is None:
+            pytest.fail(
+                f"no rule in matrix/expectations.toml covers {key} for {cell} with vLLM {vllm_version}, "
+                f"pin_env={pin_env}; vLLM decided {observed!r}: add a rule"
+            )
+        tag("expected", str(expected.value))
+        tag("rule", expected.rule.id)
+        if expected.known_issue:
+            tag("issue", expected.known_issue)
+            request.applymarker(
+                pytest.mark.xfail(
+                    strict=True,
+                    reason=f"known failure {expected.known_issue} (rule {expected.rule.id}); "
+                    "if this passes the issue is fixed: update the rule",
+                )
+            )
+        meaning = GATE_KEYS.get(key) or REPRO_KEYS[key]
+        assert observed == expected.value, (
+            f"{meaning}: vLLM {vllm_version} gave {observed!r} but rule {expected.rule.id!r} "
+            f"expects {expected.value!r} ({expected.rule.note}){context}"
+        )
+
+    return check

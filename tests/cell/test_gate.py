@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from matrix.expectations import GATE_KEYS, expected_values
 from repro.gate import GateRequest
 
 
@@ -12,33 +11,7 @@ def _answer(gate_outcomes, plans, cell, pin_env):
     return gate_outcomes[GateRequest.for_cell(cell, pin_env, plans[cell].execution)]
 
 
-def _check(request, tag, rules, cell, vllm_version, pin_env, key, observed, context=""):
-    tag("gate_key", key)
-    tag("observed", str(observed))
-    expected = expected_values(rules, cell, vllm_version, pin_env).get(key)
-    if expected is None:
-        pytest.fail(
-            f"no rule in matrix/expectations.toml covers {key} for {cell} with vLLM {vllm_version}, "
-            f"pin_env={pin_env}; vLLM decided {observed!r}: add a rule"
-        )
-    tag("expected", str(expected.value))
-    tag("rule", expected.rule.id)
-    if expected.known_issue:
-        tag("issue", expected.known_issue)
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason=f"known failure {expected.known_issue} (rule {expected.rule.id}); "
-                "if this passes the issue is fixed: update the rule",
-            )
-        )
-    assert observed == expected.value, (
-        f"{GATE_KEYS[key]}: vLLM {vllm_version} decided {observed!r} but rule {expected.rule.id!r} "
-        f"expects {expected.value!r} ({expected.rule.note}){context}"
-    )
-
-
-def test_vllm_imports(request, tag, rules, gate_outcomes, plans, cell, pin_env, vllm_version):
+def test_vllm_imports(expect, tag, gate_outcomes, plans, cell, pin_env, vllm_version):
     """vLLM imports under the cell's host (0.25 raised a circular import on WSL)."""
     if vllm_version is None:
         pytest.fail("vLLM is not installed in this environment: run the cell through nox, which installs it")
@@ -48,20 +21,10 @@ def test_vllm_imports(request, tag, rules, gate_outcomes, plans, cell, pin_env, 
         pytest.fail(f"no answer from vLLM under this host ({outcome.status}): {outcome.detail}\n{outcome.log}")
     answer = outcome.value
     tag("platform_class", answer.get("platform_class", ""))
-    _check(
-        request,
-        tag,
-        rules,
-        cell,
-        vllm_version,
-        pin_env,
-        "imports",
-        answer["imports"],
-        "\n" + answer.get("import_error", ""),
-    )
+    expect("imports", answer["imports"], "\n" + answer.get("import_error", ""))
 
 
-def test_gate_value(request, tag, rules, gate_outcomes, plans, cell, pin_env, gate_key, vllm_version):
+def test_gate_value(expect, tag, gate_outcomes, plans, cell, pin_env, gate_key, vllm_version):
     """One value vLLM decides (pin, UVA, warning, buffer class, offload path) against its rule."""
     outcome = _answer(gate_outcomes, plans, cell, pin_env) if vllm_version else None
     if outcome is None or not outcome.ok or not outcome.value["imports"]:
@@ -71,7 +34,7 @@ def test_gate_value(request, tag, rules, gate_outcomes, plans, cell, pin_env, ga
         tag("gate_key", gate_key)
         pytest.fail(f"vLLM raised while deciding {gate_key}:\n{answer['errors'][gate_key]}")
     context = f"\nvLLM's warnings: {answer['warnings']}" if gate_key == "warning" else ""
-    _check(request, tag, rules, cell, vllm_version, pin_env, gate_key, answer[gate_key], context)
+    expect(gate_key, answer[gate_key], context)
 
 
 def test_runner_selected(tag, gate_outcomes, plans, cell, pin_env, vllm_version):

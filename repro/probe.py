@@ -1,0 +1,367 @@
+"""The bare-torch probe: the pinned-memory mechanism itself, no vLLM.
+
+It tells vLLM problems from platform problems: can this host pin, how fast are
+pinned and pageable copies, may a CUDA graph capture them, does a zero-copy
+view of pinned memory work. Every section runs in a fresh process (a failed
+capture can poison a CUDA context): ``python -m repro.probe SECTION OUT.json``.
+The same code runs on CUDA and ROCm builds of torch (``torch.cuda`` is HIP there).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matrix.failures import classify
+from repro.isolation import run_command
+
+MiB = 1 << 20
+SIZES = [4 << 10 << (2 * k) for k in range(10)]  # 4 KiB, 16 KiB, ... 1 GiB
+BANDWIDTH_REFERENCE_SIZE = 256 * MiB
+STEP_LAYERS, STEP_LAYER_BYTES = 4, 32 * MiB
+DEFAULT_TIMEOUT = 300.0
+
+
+class NotApplicableError(Exception):
+    """The section has no meaning on this platform; the message says why."""
+
+
+def _torch():
+    import torch
+
+    if not torch.cuda.is_available():
+        raise NotApplicableError("no GPU: torch sees no CUDA/HIP device")
+    return torch
+
+
+def _time_copies(torch, dst, src, non_blocking: bool, reps: int) -> float:
+    """Median seconds of one copy, timed by device events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    dst.copy_(src, non_blocking=non_blocking)
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        start.record()
+        dst.copy_(src, non_blocking=non_blocking)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1000)
+    return statistics.median(samples)
+
+
+def section_pin_alloc() -> dict:
+    torch = _torch()
+    started = time.perf_counter()
+    t = torch.empty(BANDWIDTH_REFERENCE_SIZE, dtype=torch.uint8, pin_memory=True)
+    seconds = time.perf_counter() - started
+    if not t.is_pinned():
+        raise AssertionError("torch.empty(pin_memory=True) returned memory that is not pinned")
+    return {"bytes": t.numel(), "seconds": round(seconds, 4)}
+
+
+def section_bandwidth() -> dict:
+    torch = _torch()
+    rows = []
+    for size in SIZES:
+        reps = 20 if size <= 64 * MiB else 5
+        device = torch.empty(size, dtype=torch.uint8, device="cuda")
+        row = {"bytes": size}
+        for kind, pinned in (("pinned", True), ("pageable", False)):
+            host = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+            host.fill_(1)
+            h2d = _time_copies(torch, device, host, pinned, reps)
+            d2h = _time_copies(torch, host, device, pinned, reps)
+            row[f"{kind}_h2d_gbs"] = round(size / h2d / 1e9, 3)
+            row[f"{kind}_d2h_gbs"] = round(size / d2h / 1e9, 3)
+            del host
+        rows.append(row)
+        del device
+    # The yardstick: a bare copy_ loop at the reference size, timed on the host.
+    host = torch.empty(BANDWIDTH_REFERENCE_SIZE, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty_like(host, device="cuda")
+    device.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(10):
+        device.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    bare = BANDWIDTH_REFERENCE_SIZE * 10 / (time.perf_counter() - started) / 1e9
+    return {"rows": rows, "bare_copy_loop_h2d_gbs_256mib": round(bare, 3)}
+
+
+def _capture(torch, fn: Callable[[], None]):
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # warm-up outside the capture, as torch's documentation asks
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def capture_copy(pinned: bool, non_blocking: bool) -> Callable[[], dict]:
+    """Capture ``device.copy_(host)`` in a CUDA graph; when it captures, replay must read current host data."""
+
+    def section() -> dict:
+        torch = _torch()
+        host = torch.zeros(MiB, dtype=torch.uint8, pin_memory=pinned)
+        device = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        try:
+            graph = _capture(torch, lambda: device.copy_(host, non_blocking=non_blocking))
+        except Exception as exc:  # noqa: BLE001 - a refused capture is the measurement
+            return {"captured": False, "error": str(exc).splitlines()[0], "kind": str(classify(str(exc)))}
+        host.fill_(7)
+        graph.replay()
+        torch.cuda.synchronize()
+        return {"captured": True, "replay_reads_current_host": bool((device == 7).all())}
+
+    return section
+
+
+def _runtime():
+    """The CUDA or HIP runtime library torch loaded, for the host-pointer API torch does not expose."""
+    _torch()
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libcudart" in line or "libamdhip64" in line}
+    if not paths:
+        raise NotApplicableError("neither libcudart nor libamdhip64 is loaded in this process")
+    path = sorted(paths)[0]
+    lib = ctypes.CDLL(path)
+    hip = "amdhip" in path
+    get = lib.hipHostGetDevicePointer if hip else lib.cudaHostGetDevicePointer
+    get.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_uint]
+    describe = lib.hipGetErrorString if hip else lib.cudaGetErrorString
+    describe.restype = ctypes.c_char_p
+    return get, describe
+
+
+def _device_pointer(host_tensor) -> int:
+    get, describe = _runtime()
+    ptr = ctypes.c_void_p()
+    code = get(ctypes.byref(ptr), ctypes.c_void_p(host_tensor.data_ptr()), 0)
+    if code != 0:
+        raise RuntimeError(f"HostGetDevicePointer failed ({code}): {describe(code).decode()}")
+    return ptr.value
+
+
+class _DeviceView:
+    """A zero-copy device tensor over memory at ``ptr`` (the CUDA array interface)."""
+
+    def __init__(self, ptr: int, n: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+
+
+def section_uva_view() -> dict:
+    torch = _torch()
+    host = torch.zeros(MiB, dtype=torch.uint8, pin_memory=True)
+    ptr = _device_pointer(host)
+    view = torch.as_tensor(_DeviceView(ptr, host.numel()), device="cuda")
+    out = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    graph = _capture(torch, lambda: out.copy_(view))
+    host.fill_(42)
+    graph.replay()
+    torch.cuda.synchronize()
+    if not bool((out == 42).all()):
+        raise AssertionError("a replayed graph did not see the host's update through the zero-copy view")
+    return {"device_pointer_equals_host_pointer": ptr == host.data_ptr(), "replay_sees_host_updates": True}
+
+
+def section_uva_pageable_refused() -> dict:
+    torch = _torch()
+    pageable = torch.zeros(MiB, dtype=torch.uint8)
+    try:
+        _device_pointer(pageable)
+    except RuntimeError as exc:
+        return {"refused": True, "error": str(exc)}
+    raise AssertionError("the runtime handed out a device pointer for pageable memory")
+
+
+def section_offload_step() -> dict:
+    """A decode-like step over offloaded layers: resident, pinned copy, UVA view, pageable copy; eager and graph."""
+    torch = _torch()
+    n = STEP_LAYER_BYTES // 2
+    x = torch.randn(n, dtype=torch.float16, device="cuda")
+    staging = torch.empty(n, dtype=torch.float16, device="cuda")
+    acc = torch.zeros((), dtype=torch.float32, device="cuda")
+    resident = [torch.randn(n, dtype=torch.float16, device="cuda") for _ in range(STEP_LAYERS)]
+    pinned = [w.cpu().pin_memory() for w in resident]
+    pageable = [w.cpu() for w in resident]
+    uva = []
+    try:
+        uva = [
+            torch.as_tensor(_DeviceView(_device_pointer(w), w.numel() * 2), device="cuda").view(torch.float16)
+            for w in pinned
+        ]
+    except (NotApplicableError, RuntimeError) as exc:
+        uva_error = str(exc)
+    else:
+        uva_error = ""
+
+    def step(weights, copy_from_host: bool, non_blocking: bool) -> Callable[[], None]:
+        def run() -> None:
+            for w in weights:
+                src = staging.copy_(w, non_blocking=non_blocking) if copy_from_host else w
+                acc.add_(torch.dot(src, x).float())
+
+        return run
+
+    variants = {"resident": step(resident, False, False), "pinned_copy": step(pinned, True, True)}
+    if uva:
+        variants["uva_zero_copy"] = step(uva, False, False)
+    # Last: its capture is expected to be refused, which may leave the context unusable.
+    variants["pageable_copy"] = step(pageable, True, True)
+    results: dict = {"layers": STEP_LAYERS, "layer_bytes": STEP_LAYER_BYTES}
+    if uva_error:
+        results["uva_zero_copy"] = {"skipped": uva_error}
+    for name, fn in variants.items():
+        entry = {"eager_ms": round(_time_fn(torch, fn) * 1000, 3)}
+        try:
+            graph = _capture(torch, fn)
+            entry["graph_ms"] = round(_time_fn(torch, graph.replay) * 1000, 3)
+        except Exception as exc:  # noqa: BLE001 - a refused capture is the measurement
+            entry["graph_error"] = str(exc).splitlines()[0]
+            entry["graph_error_kind"] = str(classify(str(exc)))
+            torch.cuda.synchronize()
+        results[name] = entry
+    return results
+
+
+def _time_fn(torch, fn: Callable[[], None], reps: int = 10) -> float:
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+SECTIONS: dict[str, Callable[[], dict]] = {
+    "pin_alloc": section_pin_alloc,
+    "bandwidth": section_bandwidth,
+    # One capture per process: a refused or invalidated capture can poison the context.
+    "capture_pinned_non_blocking": capture_copy(pinned=True, non_blocking=True),
+    "capture_pinned_blocking": capture_copy(pinned=True, non_blocking=False),
+    "capture_pageable_non_blocking": capture_copy(pinned=False, non_blocking=True),
+    "capture_pageable_blocking": capture_copy(pinned=False, non_blocking=False),
+    "uva_view": section_uva_view,
+    "uva_pageable_refused": section_uva_pageable_refused,
+    "offload_step": section_offload_step,
+}
+
+
+@dataclass(frozen=True)
+class SectionResult:
+    section: str
+    status: str  # "ok" | "failed" | "skipped" | "timeout"
+    metrics: dict = field(default_factory=dict)
+    message: str = ""
+    seconds: float = 0.0
+
+
+def run_section(name: str, timeout: float = DEFAULT_TIMEOUT) -> SectionResult:
+    with tempfile.TemporaryDirectory(prefix="wslpin-probe-") as tmp:
+        out = Path(tmp) / "result.json"
+        done = run_command([sys.executable, "-m", "repro.probe", name, str(out)], dict(os.environ), timeout)
+        if done.timed_out:
+            return SectionResult(name, "timeout", message=done.output, seconds=done.seconds)
+        if not out.exists():
+            return SectionResult(
+                name,
+                "failed",
+                message=f"exited {done.returncode} without a result\n{done.output}",
+                seconds=done.seconds,
+            )
+        answer = json.loads(out.read_text())
+    return SectionResult(name, answer["status"], answer.get("metrics", {}), answer.get("message", ""), done.seconds)
+
+
+def child(name: str, out: Path) -> int:
+    try:
+        answer = {"status": "ok", "metrics": SECTIONS[name]()}
+    except NotApplicableError as exc:
+        answer = {"status": "skipped", "message": str(exc)}
+    except BaseException:  # noqa: BLE001 - the section's failure is its result
+        import traceback
+
+        answer = {"status": "failed", "message": traceback.format_exc()}
+    out.write_text(json.dumps(answer, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child(sys.argv[1], Path(sys.argv[2])))
+
+
+PROBE_SCHEMA = "wslpin-kit.probe/1"
+
+
+def _fact(ok: bool, message: str) -> None:
+    if not ok:
+        raise AssertionError(message)
+
+
+def check_facts(section: str, m: dict) -> None:
+    """What the mechanism does on a working CUDA platform (research: "Measured mechanism facts")."""
+    if section == "bandwidth":
+        _fact(len(m["rows"]) == len(SIZES), f"bandwidth table has {len(m['rows'])} sizes, expected {len(SIZES)}")
+        _fact(all(r["pinned_h2d_gbs"] > 0 for r in m["rows"]), "a pinned host-to-device copy measured no bandwidth")
+    elif section == "capture_pinned_non_blocking":
+        _fact(m["captured"], f"a non-blocking copy from pinned memory must be capturable: {m.get('error')}")
+        _fact(m["replay_reads_current_host"], "a replayed graph must copy the host's current contents")
+    elif section == "capture_pinned_blocking":
+        _fact(
+            not m["captured"] and m["kind"] == "capture-invalidated",
+            f"a blocking pinned copy should invalidate the capture; got {m}",
+        )
+    elif section.startswith("capture_pageable"):
+        _fact(
+            not m["captured"] and m["kind"] == "pageable-copy-in-capture",
+            f"torch must refuse to capture a copy from pageable memory; got {m}",
+        )
+    elif section == "uva_view":
+        _fact(m["replay_sees_host_updates"], "the zero-copy view did not follow host updates")
+    elif section == "uva_pageable_refused":
+        _fact(m["refused"], "a device pointer for pageable memory must be refused")
+    elif section == "offload_step":
+        _fact(
+            "graph_ms" in m["resident"] and "graph_ms" in m["pinned_copy"],
+            f"resident and pinned-copy steps must capture: {m}",
+        )
+        _fact(
+            m["pageable_copy"].get("graph_error_kind") == "pageable-copy-in-capture",
+            f"the pageable-copy step must be refused by graph capture: {m['pageable_copy']}",
+        )
+
+
+def metrics_document(results: dict[str, SectionResult]) -> dict:
+    import datetime as dt
+
+    bandwidth = results.get("bandwidth")
+    return {
+        "schema": PROBE_SCHEMA,
+        "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "bandwidth_table": bandwidth.metrics.get("rows", []) if bandwidth else [],
+        "sections": {
+            name: {
+                "status": r.status,
+                "seconds": r.seconds,
+                "metrics": r.metrics,
+                **({"message": r.message} if r.status != "ok" else {}),
+            }
+            for name, r in results.items()
+        },
+    }
