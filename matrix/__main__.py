@@ -119,6 +119,49 @@ def cmd_summary(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from matrix import render_html, render_json, render_md, render_text
+    from matrix.reading import InputError
+    from matrix.report import build_report
+
+    def load(path: str | None, what: str) -> dict | None:
+        if path is None:
+            return None
+        try:
+            return json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise MatrixError(f"{what} {path!r} cannot be read as JSON: {exc}") from None
+
+    try:
+        report = build_report(
+            args.inputs,
+            kit_commit=kit_commit(),
+            previous=load(args.previous, "--previous"),
+            nox_report=load(args.nox_report, "--nox-report"),
+            max_age_days=args.max_age_days,
+        )
+    except InputError as exc:
+        raise MatrixError(str(exc)) from None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "COMPATIBILITY.md").write_text(render_md.render(report))
+    (out / "index.html").write_text(render_html.render(report))
+    render_json.write(report, out / "compat.json")
+    print(render_text.render(report, colour=sys.stdout.isatty()))
+    inputs = report.inputs
+    print(
+        f"read {len(inputs.files)} file(s), {inputs.testcases_read} test case(s); "
+        f"unattributed {len(inputs.unattributed)}, unreadable {len(inputs.unreadable)}"
+    )
+    print(f"wrote {out}/COMPATIBILITY.md, {out}/index.html, {out}/compat.json")
+    bad = report.bad_cells
+    if bad:
+        names = ", ".join(f"{c.cell.id} ({c.status.value}, vLLM {c.vllm})" for c in bad[:10])
+        print(f"error: {len(bad)} cell(s) regressed, crashed or misrouted: {names}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m matrix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -146,6 +189,16 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--results", default="results")
     summary.add_argument("--strict", action="store_true", help="exit 1 if any test failed")
     summary.set_defaults(func=cmd_summary)
+
+    report = sub.add_parser(
+        "report", help="merge JUnit from any runners into COMPATIBILITY.md, index.html, compat.json"
+    )
+    report.add_argument("inputs", nargs="+", help="JUnit files, directories or globs")
+    report.add_argument("--out", required=True, help="directory for the three outputs")
+    report.add_argument("--previous", help="the last published compat.json, for the diff")
+    report.add_argument("--nox-report", help="`nox --report` JSON: why cells without results crashed")
+    report.add_argument("--max-age-days", type=float, help="results older than this are stale")
+    report.set_defaults(func=cmd_report)
     return parser
 
 

@@ -1,0 +1,203 @@
+"""index.html: the report as one self-contained page (no CDN, no fetch), readable at a glance.
+
+Each grid cell shows its status as colour, symbol and word (Okabe-Ito colours,
+safe for colour-blind readers); hovering shows its provenance, clicking opens
+it with the command that reproduces it and its failing tests. Every string from
+the inputs goes through html.escape.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from matrix.cells import CELLS
+from matrix.render_md import row_name
+from matrix.report import COLUMN_NAMES, COLUMNS, HOST_NAMES, ROWS, STACK_NAMES, Report
+from matrix.status import CellReport, Status
+
+COLOURS = {
+    Status.PASS: "#009E73",
+    Status.KNOWN_FAIL: "#E69F00",
+    Status.REGRESSION: "#D55E00",
+    Status.FIXED: "#56B4E9",
+    Status.FLAKY: "#CC79A7",
+    Status.CRASHED: "#000000",
+    Status.MISROUTED: "#F0E442",
+    Status.SKIPPED: "#999999",
+    Status.MISSING: "#DDDDDD",
+    Status.STALE: "#0072B2",
+}
+PROVENANCE = (
+    ("vLLM", "vllm_version"),
+    ("vLLM commit", "vllm_commit"),
+    ("torch", "torch_version"),
+    ("torch build", "torch_build"),
+    ("kernel", "kernel_release"),
+    ("WSL", "wsl"),
+    ("GPU", "gpu"),
+    ("driver", "gpu_driver"),
+    ("execution", "execution"),
+    ("why", "execution_reason"),
+    ("runner", "runner_name"),
+    ("started", "started_at"),
+    ("environment hash", "env_hash"),
+    ("kit", "kit_commit"),
+)
+FAILING = (Status.REGRESSION, Status.FLAKY, Status.FIXED, Status.KNOWN_FAIL)
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.5em}
+table.grid{border-collapse:collapse;table-layout:fixed;width:100%;max-width:1400px}
+.grid th,.grid td{border:1px solid #bbb;padding:.4em;vertical-align:top;text-align:left}
+.grid th{background:#f3f3f3}
+td.cell{border-left:8px solid var(--c)}
+td.cell summary{cursor:pointer;font-weight:600;list-style:none}
+td.cell .sym{font-size:1.2em}
+td.cell .line{font-size:.85em;color:#444}td.cell.dim{opacity:.2}
+.filter label{display:inline-block;margin:.15em .6em .15em 0;padding:.1em .4em;border-left:6px solid var(--c)}
+dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:.1em .6em;font-size:.85em;margin:.4em 0}
+dl.prov dt{color:#666}dl.prov dd{margin:0;word-break:break-all}
+pre{white-space:pre-wrap;word-break:break-word;background:#f7f7f7;padding:.4em;font-size:.8em;max-height:14em;overflow:auto}
+code{background:#f3f3f3;padding:0 .2em}
+table.detail{border-collapse:collapse;font-size:.8em}
+.detail td,.detail th{border:1px solid #ddd;padding:.1em .3em}
+.detail th.c{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap}
+"""
+
+JS = """
+(function () {
+  var boxes = document.querySelectorAll('.filter input[type=checkbox]');
+  function apply() {
+    var on = {};
+    boxes.forEach(function (b) { on[b.value] = b.checked; });
+    document.querySelectorAll('td.cell').forEach(function (td) {
+      td.classList.toggle('dim', !on[td.getAttribute('data-status')]);
+    });
+  }
+  boxes.forEach(function (b) { b.addEventListener('change', apply); });
+  apply();
+})();
+"""
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def _title(cell: CellReport) -> str:
+    env = cell.envelope
+    bits = [f"{cell.cell.id}: {cell.status.value}"]
+    if env:
+        bits.append(f"vLLM {env.get('vllm_version', '?')} · {env.get('gpu', '?')} · {env.get('runner_name', '?')}")
+        if cell.age_days is not None:
+            bits.append(f"{cell.age_days:g} days old")
+    elif cell.reason:
+        bits.append(cell.reason)
+    return "\n".join(bits)
+
+
+def _cell(cell: CellReport) -> str:
+    s = cell.status
+    parts = [
+        f'<td class="cell" data-status="{s.value}" data-cell="{_e(cell.cell.id)}" style="--c:{COLOURS[s]}" '
+        f'title="{_e(_title(cell))}"><details><summary><span class="sym" aria-hidden="true">{s.symbol}</span> '
+        f"{s.value}</summary>"
+    ]
+    if cell.underlying:
+        parts.append(f"<div>was {cell.underlying.value} when last run</div>")
+    if cell.reason:
+        parts.append(f"<div>{_e(cell.reason)}</div>")
+    if cell.envelope:
+        rows = "".join(
+            f"<dt>{label}</dt><dd>{_e(cell.envelope[key])}</dd>" for label, key in PROVENANCE if cell.envelope.get(key)
+        )
+        age = f"<dt>age</dt><dd>{cell.age_days:g} days</dd>" if cell.age_days is not None else ""
+        parts.append(f'<dl class="prov">{rows}{age}</dl>')
+    parts.append(f"<div>reproduce: <code>{_e(cell.command)}</code></div>")
+    for issue in cell.issues:
+        parts.append(f'<div>issue: <a href="{_e(issue)}">{_e(issue)}</a></div>')
+    for case in cell.cases:
+        if case.status in FAILING:
+            parts.append(f"<div>{case.status.symbol} {case.status.value}: <code>{_e(case.name)}</code></div>")
+            if case.message:
+                parts.append(f"<pre>{_e(case.message)}</pre>")
+    parts.append("</details>")
+    line = cell.summary or ("" if cell.envelope else cell.reason)
+    if line:
+        parts.append(f'<div class="line">{_e(line)}</div>')
+    parts.append("</td>")
+    return "".join(parts)
+
+
+def _grid(report: Report, vllm: str) -> str:
+    head = "".join(f"<th>{_e(COLUMN_NAMES[c])}</th>" for c in COLUMNS)
+    rows = []
+    for stack, host in ROWS:
+        cells = "".join(_cell(report.cell(vllm, stack, host, r, m)) for r, m in COLUMNS)
+        rows.append(f"<tr><th>{STACK_NAMES[stack]} · {_e(HOST_NAMES[host])}</th>{cells}</tr>")
+    return f'<table class="grid"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _detail(report: Report, vllm: str) -> str:
+    tests: dict[str, dict[str, Status]] = {}
+    for cell in report.versions[vllm]:
+        for case in cell.cases:
+            tests.setdefault(row_name(cell, case.name), {})[cell.cell.id] = case.status
+    head = "".join(f'<th class="c">{c.id}</th>' for c in CELLS)
+    body = "".join(
+        f"<tr><td>{_e(name)}</td>"
+        + "".join(
+            f'<td title="{tests[name][c.id].value}">{tests[name][c.id].symbol}</td>'
+            if c.id in tests[name]
+            else "<td></td>"
+            for c in CELLS
+        )
+        + "</tr>"
+        for name in sorted(tests)
+    )
+    return (
+        f"<details><summary>Test × cell detail ({len(tests)} tests)</summary>"
+        f'<table class="detail"><thead><tr><th>test</th>{head}</tr></thead><tbody>{body}</tbody></table></details>'
+    )
+
+
+def render(report: Report) -> str:
+    inputs = report.inputs
+    legend = "".join(
+        f'<label style="--c:{COLOURS[s]}"><input type="checkbox" value="{s.value}" checked> {s.symbol} '
+        f"<b>{s.value}</b>: {_e(s.meaning)}</label>"
+        for s in Status
+    )
+    sections = []
+    for vllm in report.versions:
+        sections.append(f"<h2>vLLM {_e(vllm)}</h2>{_grid(report, vllm)}{_detail(report, vllm)}")
+    if report.diff is not None:
+        items = []
+        for title, changes in (
+            ("New regressions", report.diff.new_regressions),
+            ("Newly fixed", report.diff.newly_fixed),
+            ("Went missing", report.diff.went_missing),
+        ):
+            listed = ", ".join(f"<code>{_e(c.cell)}</code> (vLLM {_e(c.vllm)}, was {_e(c.was)})" for c in changes)
+            items.append(f"<li><b>{title}</b>: {listed or 'none'}</li>")
+        sections.append(f"<h2>Changes since the previous report</h2><ul>{''.join(items)}</ul>")
+    problems = [("unreadable", p) for p in inputs.unreadable] + [("unattributed", p) for p in inputs.unattributed]
+    problems += [("warning", p) for p in inputs.warnings]
+    if problems:
+        items = "".join(f"<li>{kind}: <code>{_e(p.path)}</code>: {_e(p.reason)}</li>" for kind, p in problems)
+        sections.append(f"<h2>Inputs not counted in the grid</h2><ul>{items}</ul>")
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        "<title>vLLM WSL2 pinned-memory compatibility</title>"
+        f"<style>{CSS}</style></head><body>"
+        "<h1>vLLM WSL2 pinned-memory compatibility</h1>"
+        f"<p>Generated {report.generated_at:%Y-%m-%d %H:%M} UTC by kit <code>{_e(report.kit_commit)}</code> from "
+        f"{len(inputs.files)} file(s), {inputs.testcases_read} test case(s); unattributed "
+        f"{len(inputs.unattributed)}, unreadable {len(inputs.unreadable)}. Rows: GPU stack × host; columns: "
+        "model runner × graph mode; <i>a→b</i>: VLLM_WSL2_ENABLE_PIN_MEMORY unset gives <i>a</i>, =1 gives "
+        "<i>b</i>. Hover a cell for its provenance, click it for details.</p>"
+        f'<div class="filter legend" role="group" aria-label="filter by status">{legend}</div>'
+        f"{''.join(sections)}<script>{JS}</script></body></html>\n"
+    )

@@ -1,0 +1,315 @@
+"""The status rules: one status per test case, then one per cell, judged against expectations.toml.
+
+Test cases that carry what vLLM decided (``gate_key`` and ``observed``
+properties) are judged again against the *current* rules, so a corrected rule
+re-judges old results. Other cases are judged by their JUnit outcome.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+from matrix.cells import CELLS, Cell, MatrixError, Runner
+from matrix.expectations import Rule, expected_values
+from matrix.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, Inputs, Problem, SuiteResult
+
+
+class Status(enum.Enum):
+    PASS = "pass"
+    KNOWN_FAIL = "known-fail"
+    REGRESSION = "regression"
+    FIXED = "fixed"
+    FLAKY = "flaky"
+    CRASHED = "crashed"
+    MISROUTED = "misrouted"
+    SKIPPED = "skipped"
+    MISSING = "missing"
+    STALE = "stale"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def symbol(self) -> str:
+        return STATUS_SYMBOLS[self]
+
+    @property
+    def meaning(self) -> str:
+        return STATUS_MEANINGS[self]
+
+    @property
+    def is_bad(self) -> bool:
+        """Statuses that make the report exit 1."""
+        return self in (Status.REGRESSION, Status.CRASHED, Status.MISROUTED)
+
+
+# Distinct shapes, so no status depends on colour alone; plain Unicode symbols
+# that common fonts carry (emoji fonts are missing on many Linux desktops and CI).
+STATUS_SYMBOLS = {
+    Status.PASS: "✔",
+    Status.KNOWN_FAIL: "⚠",
+    Status.REGRESSION: "✘",
+    Status.FIXED: "★",
+    Status.FLAKY: "↻",
+    Status.CRASHED: "☠",
+    Status.MISROUTED: "⊘",
+    Status.SKIPPED: "○",
+    Status.MISSING: "?",
+    Status.STALE: "◔",
+}
+STATUS_MEANINGS = {
+    Status.PASS: "everything as the rules expect",
+    Status.KNOWN_FAIL: "fails as expected; the linked issue explains it",
+    Status.REGRESSION: "expected to pass, failed",
+    Status.FIXED: "expected to fail, passed: update the rule, close the issue",
+    Status.FLAKY: "the same test passed and failed in one cell",
+    Status.CRASHED: "no results: the session failed before writing them",
+    Status.MISROUTED: "the runner is not the host its labels claim",
+    Status.SKIPPED: "nothing could run here (the reason is given)",
+    Status.MISSING: "no runner reported this cell",
+    Status.STALE: "the newest result is older than the freshness limit",
+}
+# When a cell's cases disagree, the cell shows the most urgent.
+CELL_PRIORITY = (Status.REGRESSION, Status.FLAKY, Status.FIXED, Status.KNOWN_FAIL, Status.PASS, Status.SKIPPED)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    outcome: str
+    message: str
+    source: str
+
+
+@dataclass
+class JudgedCase:
+    classname: str
+    name: str
+    status: Status
+    attempts: list[Attempt]
+    properties: dict[str, str]
+    expected: str | None = None
+    rule: str | None = None
+    issue: str | None = None
+
+    @property
+    def message(self) -> str:
+        return next((a.message for a in self.attempts if a.outcome != PASSED and a.message), "")
+
+
+@dataclass
+class CellReport:
+    cell: Cell
+    vllm: str
+    status: Status
+    reason: str = ""
+    envelope: dict[str, str] = field(default_factory=dict)
+    cases: list[JudgedCase] = field(default_factory=list)
+    age_days: float | None = None
+    underlying: Status | None = None  # what a stale cell showed
+
+    @property
+    def command(self) -> str:
+        return f'nox -s "{self.cell.session}" -- --vllm {self.vllm}'
+
+    @property
+    def issues(self) -> list[str]:
+        return sorted({c.issue for c in self.cases if c.issue and c.status in (Status.KNOWN_FAIL, Status.FIXED)})
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for case in self.cases:
+            counts[case.status.value] = counts.get(case.status.value, 0) + 1
+        return counts
+
+    def observed(self, key: str, pin_env: str) -> str | None:
+        for case in self.cases:
+            p = case.properties
+            if p.get("gate_key") == key and p.get("pin_env") == pin_env and "observed" in p:
+                return p["observed"]
+        return None
+
+    @property
+    def summary(self) -> str:
+        """One line of behaviour, e.g. 'pin off→on · UVA off→on · offload pageable-copy→uva'.
+
+        ``a→b``: VLLM_WSL2_ENABLE_PIN_MEMORY unset gives a, =1 gives b.
+        """
+        parts = []
+        keys = [("pin", "pin"), ("uva", "UVA")]
+        if self.cell.runner is Runner.V2:
+            keys.append(("v2_buffer", ""))
+        keys += [("offload_path", "offload"), ("repro", "repro")]
+        for key, label in keys:
+            values = [self.observed(key, pin) for pin in ("unset", "1")]
+            values = [{"True": "on", "False": "off"}.get(v, v) for v in values if v is not None]
+            if not values:
+                continue
+            shown = values[0] if len(set(values)) == 1 else "→".join(values)
+            parts.append(f"{label} {shown}".strip())
+        return " · ".join(parts)
+
+
+def _outcome_status(outcome: str, message: str) -> Status:
+    if outcome == PASSED:
+        return Status.PASS
+    if outcome == XFAIL:
+        return Status.KNOWN_FAIL
+    if outcome == SKIPPED:
+        return Status.SKIPPED
+    if outcome in (FAILED, ERROR) and message.startswith("[XPASS(strict)]"):
+        return Status.FIXED
+    return Status.REGRESSION
+
+
+def judge_case(
+    classname: str,
+    name: str,
+    attempts: list[Attempt],
+    properties: dict[str, str],
+    rules: list[Rule],
+    cell: Cell,
+    vllm: str,
+) -> JudgedCase:
+    outcomes = {a.outcome for a in attempts}
+    judged = JudgedCase(classname, name, Status.PASS, attempts, properties)
+    if PASSED in outcomes and outcomes & {FAILED, ERROR}:
+        judged.status = Status.FLAKY
+        return judged
+    last = attempts[-1]
+    judged.status = _outcome_status(last.outcome, last.message)
+    key, observed = properties.get("gate_key"), properties.get("observed")
+    pin_env = properties.get("pin_env")
+    if key is None or observed is None or pin_env is None:
+        return judged
+    try:
+        expected = expected_values(rules, cell, vllm, pin_env).get(key)
+    except InvalidVersion:
+        return judged
+    if expected is None:
+        return judged
+    judged.expected, judged.rule, judged.issue = str(expected.value), expected.rule.id, expected.known_issue
+    matches = observed == str(expected.value)
+    if expected.known_issue:
+        judged.status = Status.FIXED if matches else Status.KNOWN_FAIL
+    else:
+        judged.status = Status.PASS if matches else Status.REGRESSION
+    return judged
+
+
+def _age_days(started_at: str, now: dt.datetime) -> float | None:
+    try:
+        started = dt.datetime.fromisoformat(started_at)
+    except (TypeError, ValueError):
+        return None
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=dt.UTC)
+    return round((now - started).total_seconds() / 86400, 2)
+
+
+def _cell_status(cases: list[JudgedCase]) -> Status:
+    present = {c.status for c in cases}
+    for status in CELL_PRIORITY:
+        if status in present:
+            return status
+    return Status.SKIPPED
+
+
+@dataclass(frozen=True)
+class NoxRecord:
+    result: str  # success | failed | aborted | skipped
+    reason: str
+
+
+def nox_records(report: dict) -> dict[str, NoxRecord]:
+    """Cell id -> the nox session's outcome, from ``nox --report`` JSON."""
+    by_session = {cell.session: cell.id for cell in CELLS}
+    records = {}
+    for session in report.get("sessions", []):
+        for signature in session.get("signatures", []):
+            if signature in by_session:
+                records[by_session[signature]] = NoxRecord(str(session.get("result")), str(session.get("reason") or ""))
+    return records
+
+
+def build_cells(
+    inputs: Inputs,
+    rules: list[Rule],
+    now: dt.datetime,
+    max_age_days: float | None = None,
+    nox: dict[str, NoxRecord] | None = None,
+    default_vllm: str = "unknown",
+) -> dict[str, list[CellReport]]:
+    """vLLM version -> the 24 cells' reports, every case of every attributed suite accounted for."""
+    nox = nox or {}
+    grouped: dict[tuple[str, str], list[SuiteResult]] = {}
+    for suite in inputs.suites:
+        try:
+            Cell.parse(suite.cell_id)
+        except MatrixError as exc:
+            inputs.unattributed.append(
+                Problem(suite.path, f"cell_id {suite.cell_id!r} is not a cell: {exc}", len(suite.cases))
+            )
+            continue
+        version = suite.envelope.get("vllm_version") or default_vllm
+        grouped.setdefault((version, suite.cell_id), []).append(suite)
+    versions = sorted({v for v, _ in grouped}, key=_version_key, reverse=True) or [default_vllm]
+    return {
+        v: [_cell_report(cell, v, grouped.get((v, cell.id), []), rules, now, max_age_days, nox) for cell in CELLS]
+        for v in versions
+    }
+
+
+def _version_key(version: str):
+    try:
+        return (1, Version(version))
+    except InvalidVersion:
+        return (0, Version("0"))
+
+
+def _cell_report(
+    cell: Cell,
+    vllm: str,
+    suites: list[SuiteResult],
+    rules: list[Rule],
+    now: dt.datetime,
+    max_age_days: float | None,
+    nox: dict[str, NoxRecord],
+) -> CellReport:
+    if not suites:
+        record = nox.get(cell.id)
+        if record and record.result in ("failed", "aborted"):
+            return CellReport(cell, vllm, Status.CRASHED, f"nox session {record.result}: {record.reason}".strip())
+        return CellReport(cell, vllm, Status.MISSING, "no input mentions this cell")
+    newest = max(suites, key=lambda s: s.envelope.get("started_at", ""))
+    attempts: dict[tuple[str, str], tuple[list[Attempt], dict[str, str]]] = {}
+    for suite in suites:
+        for case in suite.cases:
+            entry = attempts.setdefault((case.classname, case.name), ([], {}))
+            entry[0].append(Attempt(case.outcome, case.message, suite.path))
+            entry[1].update(case.properties)
+    cases = [judge_case(cn, n, a, p, rules, cell, vllm) for (cn, n), (a, p) in attempts.items()]
+    report = CellReport(
+        cell,
+        vllm,
+        _cell_status(cases),
+        envelope=dict(newest.envelope),
+        cases=cases,
+        age_days=_age_days(newest.envelope.get("started_at", ""), now),
+    )
+    if newest.envelope.get("execution") == "misrouted":
+        report.status, report.reason = Status.MISROUTED, newest.envelope.get("execution_reason", "")
+    elif cases and all(c.name == "no_results" for c in cases):
+        record = nox.get(cell.id)
+        report.status = Status.CRASHED
+        report.reason = (
+            f"nox session {record.result}: {record.reason}" if record else cases[0].message
+        ) or "no results"
+    if max_age_days is not None and report.age_days is not None and report.age_days > max_age_days:
+        report.underlying, report.status = report.status, Status.STALE
+        report.reason = f"newest result is {report.age_days:.1f} days old (limit {max_age_days:g})"
+    return report
