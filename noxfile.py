@@ -32,6 +32,7 @@ VLLM_VERSION = "0.33.0"
 # vLLM's gate code needs torch, never a GPU: a CPU build is enough (see requirements/gate.txt).
 GATE_TORCH = "torch==2.13.0"
 RESULTS = ROOT / "results"
+REPORT = ROOT / "build" / "report"
 
 
 def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
@@ -154,6 +155,24 @@ def probe(session: nox.Session) -> None:
 def wsl_cuda_graph(session: nox.Session) -> None:
     """The CUDA x WSL2 x graph cells, as far as this machine allows (native, emulated or gate-only), then a table."""
     _run_cells(session, "cuda-wsl2*-*-graph")
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Merge JUnit from any runners (default: results/) into build/report/: the table as Markdown, HTML, JSON."""
+    session.install("-e", ".")
+    args = session.posargs or [str(RESULTS)]
+    if "--out" not in args:
+        args = [*args, "--out", str(REPORT)]
+    session.run("python", "-m", "matrix", "report", *args)
+
+
+@nox.session
+def page(session: nox.Session) -> None:
+    """Open build/report/index.html in headless Chromium (Debian's package): console clean, 24 cells, screenshot."""
+    session.install("-e", ".")
+    target = session.posargs[0] if session.posargs else str(REPORT)
+    session.run("python", "-m", "matrix", "page", target, "--screenshot", str(Path(target) / "screenshot.png"))
 
 
 @nox.session

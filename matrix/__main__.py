@@ -162,6 +162,30 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_page(args) -> int:
+    from matrix import browser
+
+    page = Path(args.report) / "index.html"
+    if not page.exists():
+        raise MatrixError(
+            f"{page} does not exist: write it first with `python -m matrix report ... --out {args.report}`"
+        )
+    try:
+        loaded = browser.load(page.resolve().as_uri())
+        shot = browser.screenshot(page.resolve().as_uri(), Path(args.screenshot))
+    except browser.BrowserMissingError as exc:
+        raise MatrixError(str(exc)) from None
+    cells = loaded.dom.count('<td class="cell')
+    grids = loaded.dom.count('<table class="grid"')
+    print(f"{page}: {grids} grid(s), {cells} cell(s), {len(loaded.console)} console message(s); screenshot {shot}")
+    for message in loaded.console:
+        print(f"console: {message}")
+    if loaded.console or grids == 0 or cells != 24 * grids:
+        print("error: the page logged to the console or its grid is not 24 cells per vLLM release", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m matrix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -199,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--nox-report", help="`nox --report` JSON: why cells without results crashed")
     report.add_argument("--max-age-days", type=float, help="results older than this are stale")
     report.set_defaults(func=cmd_report)
+
+    page = sub.add_parser("page", help="open the report's index.html in headless Chromium: check it, screenshot it")
+    page.add_argument("report", help="the directory `report` wrote")
+    page.add_argument("--screenshot", required=True, help="PNG to write")
+    page.set_defaults(func=cmd_page)
     return parser
 
 

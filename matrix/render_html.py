@@ -68,6 +68,12 @@ table.detail{border-collapse:collapse;font-size:.8em}
 JS = """
 (function () {
   var boxes = document.querySelectorAll('.filter input[type=checkbox]');
+  // A link may carry a filter: index.html#status=regression,known-fail
+  var wanted = /status=([^&]*)/.exec(location.hash);
+  if (wanted) {
+    var keep = decodeURIComponent(wanted[1]).split(',');
+    boxes.forEach(function (b) { b.checked = keep.indexOf(b.value) >= 0; });
+  }
   function apply() {
     var on = {};
     boxes.forEach(function (b) { on[b.value] = b.checked; });
