@@ -1,0 +1,369 @@
+"""The compatibility report: reading hostile and real inputs, the status model, the three outputs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import ROOT, run_module
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from matrix import render_html, render_json, render_md
+from matrix.cells import CELLS
+from matrix.render_json import SCHEMA_FILE
+from matrix.report import build_report
+from matrix.status import Status
+
+CORPUS = ROOT / "tests" / "corpus"
+NOW = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+SCHEMA = json.loads(SCHEMA_FILE.read_text())
+
+
+def envelope(cell: str, vllm: str = "0.33.0", started: str = "2026-11-29T12:00:00+00:00", **extra) -> str:
+    props = {"cell_id": cell, "vllm_version": vllm, "started_at": started, "execution": "gate-only", **extra}
+    return "<properties>" + "".join(f'<property name="{k}" value="{v}"/>' for k, v in props.items()) + "</properties>"
+
+
+def write_suite(path: Path, cell: str, cases: list[str], **env) -> Path:
+    path.write_text(
+        f'<testsuites><testsuite name="{cell}">{envelope(cell, **env)}{"".join(cases)}</testsuite></testsuites>'
+    )
+    return path
+
+
+def gate_case(name: str, key: str, pin_env: str, observed: str, failure: str = "") -> str:
+    props = (
+        f'<properties><property name="gate_key" value="{key}"/><property name="pin_env" value="{pin_env}"/>'
+        f'<property name="observed" value="{observed}"/></properties>'
+    )
+    return f'<testcase classname="tests.cell.test_gate" name="{name}">{props}{failure}</testcase>'
+
+
+def report_of(*inputs, **kw):
+    return build_report([str(i) for i in inputs], kit_commit="test", now=NOW, **kw)
+
+
+def by_id(report, vllm="0.33.0"):
+    return {c.cell.id: c for c in report.versions[vllm]}
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus_report():
+    return report_of(CORPUS)
+
+
+def test_each_bad_file_is_reported_by_name_with_its_reason(corpus_report):
+    inputs = corpus_report.inputs
+    unreadable = {Path(p.path).name: p.reason for p in inputs.unreadable}
+    assert set(unreadable) == {
+        "empty.xml",
+        "truncated.xml",
+        "wrong_root.xml",
+        "entity_bomb.xml",
+        "external_entity.xml",
+        "invalid_utf8.xml",
+    }
+    assert "DTD" in unreadable["entity_bomb.xml"] and "DTD" in unreadable["external_entity.xml"]
+    assert "<html>" in unreadable["wrong_root.xml"]
+    unattributed = {Path(p.path).name: p for p in inputs.unattributed}
+    assert set(unattributed) == {"no_envelope.xml", "zero_suites.xml"}
+    assert unattributed["no_envelope.xml"].testcases == 2
+    assert [Path(p.path).name for p in inputs.warnings] == ["unnamed_testcase.xml"]
+
+
+def test_good_files_beside_bad_ones_still_count(corpus_report):
+    cells = by_id(corpus_report)
+    assert cells["cuda-linux-v1-graph"].status is Status.PASS  # BOM + CRLF
+    assert cells["cuda-linux-v2-graph"].status is Status.PASS  # time="abc", negative counts
+    assert [c.name for c in cells["rocm-linux-v1-graph"].cases] == ["deep"]  # nested suite inherits the envelope
+    assert {c.name: c.status for c in cells["rocm-linux-v2-graph"].cases} == {
+        "x": Status.PASS,
+        "y": Status.SKIPPED,
+        "z": Status.KNOWN_FAIL,
+    }  # xunit2 / Jenkins shapes
+    assert cells["cuda-linux-v1-eager"].cases[0].name == "<unnamed testcase 1>"
+
+
+def test_reruns_are_one_case_with_their_attempts_kept_as_flaky_evidence(corpus_report):
+    (case,) = by_id(corpus_report)["cuda-linux-v2-eager"].cases
+    assert case.status is Status.FLAKY
+    assert [a.outcome for a in case.attempts] == ["failed", "passed"]
+    assert by_id(corpus_report)["cuda-linux-v2-eager"].status is Status.FLAKY
+
+
+def test_no_entity_is_expanded_and_no_local_file_is_read(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-MARKER")
+    hostile = tmp_path / "in" / "xxe.xml"
+    hostile.parent.mkdir()
+    hostile.write_text(
+        f'<?xml version="1.0"?><!DOCTYPE t [<!ENTITY s SYSTEM "{secret.as_uri()}">]>'
+        f'<testsuite name="&s;">{envelope("cuda-linux-v1-graph")}<testcase name="&s;"/></testsuite>'
+    )
+    shutil.copy(CORPUS / "entity_bomb.xml", hostile.parent)
+    out = tmp_path / "out"
+    done = run_module("matrix", "report", str(hostile.parent), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    for name in ("COMPATIBILITY.md", "index.html", "compat.json"):
+        text = (out / name).read_text()
+        assert "TOP-SECRET-MARKER" not in text and "lollol" not in text
+    assert len(json.loads((out / "compat.json").read_text())["inputs"]["unreadable"]) == 2
+
+
+def test_fifty_thousand_cases_in_one_file(tmp_path):
+    cases = "".join(f'<testcase classname="big" name="case_{i}"/>' for i in range(50_000))
+    path = write_suite(tmp_path / "big.xml", "rocm-wsl2old-v2-eager", [cases])
+    report = report_of(path)
+    assert report.inputs.testcases_read == 50_000
+    cell = by_id(report)["rocm-wsl2old-v2-eager"]
+    assert len(cell.cases) == 50_000 and cell.status is Status.PASS
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([c.id for c in CELLS[:6]] + [None]),
+            st.text(alphabet="abc|<>&\"' é", min_size=0, max_size=6),
+            st.sampled_from(
+                [
+                    "",
+                    "<failure message='f'/>",
+                    "<error message='e'/>",
+                    "<skipped/>",
+                    "<skipped type='pytest.xfail' message='k'/>",
+                ]
+            ),
+        ),
+        max_size=40,
+    )
+)
+def test_no_case_is_lost_or_invented(tmp_path_factory, cases):
+    """Cases in = cases accounted for in compat.json (attempts of judged cases + unattributed cases)."""
+    from html import escape
+
+    tmp = tmp_path_factory.mktemp("prop")
+    by_cell: dict = {}
+    for cell, name, result in cases:
+        by_cell.setdefault(cell, []).append(f'<testcase classname="p" name="{escape(name)}">{result}</testcase>')
+    for index, (cell, items) in enumerate(by_cell.items()):
+        body = envelope(cell) if cell else ""
+        (tmp / f"f{index}.xml").write_text(f'<testsuite name="s">{body}{"".join(items)}</testsuite>')
+    if not by_cell:
+        (tmp / "none.xml").write_text("<testsuites/>")
+    document = render_json.to_document(report_of(tmp))
+    accounted = sum(len(case["attempts"]) for v in document["versions"] for c in v["cells"] for case in c["cases"])
+    accounted += sum(p["testcases"] for p in document["inputs"]["unattributed"])
+    assert accounted == len(cases) == document["inputs"]["testcases_read"]
+
+
+def test_an_input_that_names_nothing_is_one_clear_error(tmp_path):
+    done = run_module("matrix", "report", str(tmp_path / "nowhere" / "*.xml"), "--out", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
+
+
+# --- the status model ----------------------------------------------------------------------
+
+
+def test_gate_values_are_judged_against_the_current_rules(tmp_path):
+    # cuda-wsl2new with pin_env unset: the rules expect pin off, silently.
+    cases = [
+        gate_case("pin_unset", "pin", "unset", "False"),
+        gate_case("warning_unset", "warning", "unset", "wsl", "<failure message='assert'/>"),
+    ]
+    report = report_of(write_suite(tmp_path / "a.xml", "cuda-wsl2new-v2-graph", cases))
+    cell = by_id(report)["cuda-wsl2new-v2-graph"]
+    statuses = {c.name: c.status for c in cell.cases}
+    assert statuses == {"pin_unset": Status.PASS, "warning_unset": Status.REGRESSION}
+    assert cell.status is Status.REGRESSION
+    assert {c.name: c.rule for c in cell.cases} == {
+        "pin_unset": "wsl-no-pin",
+        "warning_unset": "cuda-new-kernel-opt-in-off",
+    }
+
+
+def test_a_known_failure_that_starts_passing_is_fixed(tmp_path):
+    # ROCm on a new kernel pins with the variable unset (#49861); the day it stops, the cell is "fixed".
+    still = write_suite(tmp_path / "still.xml", "rocm-wsl2new-v1-graph", [gate_case("p", "pin", "unset", "True")])
+    assert by_id(report_of(still))["rocm-wsl2new-v1-graph"].status is Status.KNOWN_FAIL
+    fixed = write_suite(tmp_path / "fixed.xml", "rocm-wsl2new-v1-graph", [gate_case("p", "pin", "unset", "False")])
+    cell = by_id(report_of(fixed))["rocm-wsl2new-v1-graph"]
+    assert cell.status is Status.FIXED
+    assert cell.issues == ["https://github.com/vllm-project/vllm/issues/49861"]
+
+
+def test_missing_crashed_stale_and_misrouted(tmp_path):
+    old = write_suite(
+        tmp_path / "old.xml", "cuda-linux-v1-graph", ['<testcase name="t"/>'], started="2026-10-01T00:00:00+00:00"
+    )
+    wrong = write_suite(
+        tmp_path / "wrong.xml",
+        "cuda-wsl2old-v1-graph",
+        ['<testcase name="t"/>'],
+        execution="misrouted",
+        execution_reason="runner claims cuda-wsl2old-v1-graph natively",
+    )
+    nox_report = {
+        "sessions": [
+            {"signatures": ["cell(rocm, linux, v2, eager)"], "result": "failed", "reason": "uv pip install failed"}
+        ]
+    }
+    cells = by_id(report_of(old, wrong, nox_report=nox_report, max_age_days=14))
+    assert cells["cuda-linux-v1-graph"].status is Status.STALE
+    assert cells["cuda-linux-v1-graph"].underlying is Status.PASS
+    assert cells["cuda-wsl2old-v1-graph"].status is Status.MISROUTED
+    assert cells["rocm-linux-v2-eager"].status is Status.CRASHED
+    assert "uv pip install failed" in cells["rocm-linux-v2-eager"].reason
+    assert cells["rocm-wsl2new-v2-graph"].status is Status.MISSING
+
+
+def test_real_cell_results_pass(tmp_path):
+    """The files `python -m matrix split` writes for a real gate run (tests/kit/test_results.py makes them)."""
+    env = tmp_path / "env.json"
+    assert run_module("matrix", "env", "--out", str(env)).returncode == 0
+    raw = tmp_path / "raw.xml"
+    tests = run_module(
+        "pytest",
+        "tests/cell/test_gate.py",
+        "--cells",
+        "cuda-wsl2new-*-graph",
+        "-o",
+        "junit_family=xunit1",
+        f"--junitxml={raw}",
+        "-q",
+    )
+    assert tests.returncode == 0, tests.stdout[-2000:]
+    split = run_module(
+        "matrix",
+        "split",
+        str(raw),
+        "--cells",
+        "cuda-wsl2new-*-graph",
+        "--env",
+        str(env),
+        "--out",
+        str(tmp_path / "results"),
+    )
+    assert split.returncode == 0
+    cells = by_id(report_of(tmp_path / "results"))
+    v2 = cells["cuda-wsl2new-v2-graph"]
+    assert v2.status is Status.PASS
+    assert v2.summary == "pin off→on · UVA off→on · NonUvaBuffer→UvaBuffer · offload pageable-copy→uva"
+    assert v2.envelope["execution"] == "gate-only" and v2.age_days is not None
+    assert sum(c.status is Status.MISSING for c in cells.values()) == 22
+
+
+# --- outputs -------------------------------------------------------------------------------
+
+
+def test_compat_json_follows_its_schema(corpus_report, tmp_path):
+    path = tmp_path / "compat.json"
+    render_json.write(corpus_report, path)
+    jsonschema.validate(json.loads(path.read_text()), SCHEMA)
+
+
+def test_hostile_strings_render_as_text(corpus_report):
+    html = render_html.render(corpus_report)
+    assert "<script>alert(1)</script>" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert html.count("<script>") == 1  # the page's own filter
+    markdown = render_md.render(corpus_report)
+    assert "<script>" not in markdown and "<img" not in markdown
+    detail = [line for line in markdown.splitlines() if "pipe" in line]
+    assert detail and all(line.count("|") == 26 for line in detail)  # 24 cells + the name column: no extra pipe
+
+
+def test_the_page_needs_no_network(corpus_report):
+    import re
+
+    html = render_html.render(corpus_report)
+    assert not re.search(r"<(img|link|script|iframe|object|embed|source)\b[^>]*\s(src|href|data)=", html)
+    for marker in ("@import", "url(", "fetch(", "XMLHttpRequest", "http://"):
+        assert marker not in html
+
+
+def test_markdown_fits_a_step_summary_by_cutting_detail_never_the_grid(tmp_path):
+    cases = "".join(f'<testcase classname="c" name="test_number_{i:06d}_with_a_long_name"/>' for i in range(30_000))
+    report = report_of(write_suite(tmp_path / "big.xml", "cuda-linux-v1-graph", [cases]))
+    text = render_md.render(report)
+    assert len(text.encode()) <= 1 << 20
+    assert "was cut to fit" in text
+    assert text.count("| **CUDA** · native Linux |") == 1 and "| **ROCm** · WSL2 kernel ≥ 4.19.121 |" in text
+
+
+def test_diff_with_the_previous_report(tmp_path):
+    was = write_suite(tmp_path / "was.xml", "cuda-wsl2new-v2-graph", [gate_case("p", "pin", "unset", "False")])
+    previous = render_json.to_document(report_of(was))
+    now = write_suite(tmp_path / "now.xml", "cuda-wsl2new-v2-graph", [gate_case("p", "pin", "unset", "True")])
+    report = report_of(now, previous=previous)
+    assert [(c.cell, c.was, c.now) for c in report.diff.new_regressions] == [
+        ("cuda-wsl2new-v2-graph", "pass", "regression")
+    ]
+    other = write_suite(tmp_path / "other.xml", "rocm-linux-v1-graph", ['<testcase name="t"/>'])
+    gone = report_of(other, previous=previous).diff
+    assert [(c.cell, c.was, c.now) for c in gone.went_missing] == [("cuda-wsl2new-v2-graph", "pass", "missing")]
+    for text in (render_md.render(report), render_html.render(report)):
+        assert "New regressions" in text and "cuda-wsl2new-v2-graph" in text
+
+
+def test_exit_status_and_terminal_output(tmp_path):
+    good = write_suite(
+        tmp_path / "good" / "a.xml" if (tmp_path / "good").mkdir() is None else None,
+        "cuda-linux-v1-graph",
+        ['<testcase name="t"/>'],
+    )
+    done = run_module("matrix", "report", str(good), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert "CUDA linux" in done.stdout and "wrote" in done.stdout and "\033[" not in done.stdout
+    bad = run_module("matrix", "report", str(CORPUS), "--out", str(tmp_path / "out2"))
+    assert bad.returncode == 1 and "rocm-linux-v1-eager (regression" in bad.stderr
+
+
+# --- a real browser ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    from matrix import browser
+
+    try:
+        browser.chromium()
+    except browser.BrowserMissingError as exc:
+        pytest.skip(f"{exc} (.ci/run installs it)")
+    out = tmp_path_factory.mktemp("page")
+    (out / "index.html").write_text(render_html.render(report_of(CORPUS)))
+    return out / "index.html"
+
+
+def test_the_page_loads_in_chromium_without_console_errors_and_shows_24_cells(page):
+    from matrix import browser
+
+    loaded = browser.load(page.as_uri())
+    assert loaded.console == []
+    assert loaded.dom.count('<td class="cell') == 24
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in loaded.dom
+
+
+def test_a_status_filter_in_the_link_dims_the_other_cells(page):
+    from matrix import browser
+
+    loaded = browser.load(page.as_uri() + "#status=regression")
+    assert loaded.console == []
+    assert loaded.dom.count('<td class="cell dim"') == 23  # only the one regression stays bright
+
+
+def test_page_command_writes_a_screenshot(page, tmp_path):
+    shot = tmp_path / "shot.png"
+    done = run_module("matrix", "page", str(page.parent), "--screenshot", str(shot))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "24 cell(s), 0 console message(s)" in done.stdout
