@@ -175,6 +175,13 @@ def page(session: nox.Session) -> None:
     session.run("python", "-m", "matrix", "page", target, "--screenshot", str(Path(target) / "screenshot.png"))
 
 
+@nox.session(default=False)
+def bench_report(session: nox.Session) -> None:
+    """Time the report against `junitparser merge` on synthetic results (24 cells x 8 releases x 200 cases, x10)."""
+    session.install("-e", ".")
+    session.run("python", "benchmarks/bench_report.py", *session.posargs)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The kit's own test suite (what CI runs), against the real vLLM the kit pins."""

@@ -145,7 +145,7 @@ def cmd_report(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "COMPATIBILITY.md").write_text(render_md.render(report))
-    (out / "index.html").write_text(render_html.render(report))
+    render_html.write(report, out / "index.html")
     render_json.write(report, out / "compat.json")
     print(render_text.render(report, colour=sys.stdout.isatty()))
     inputs = report.inputs

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
-from junitparser import Error, Failure, Skipped, TestCase, TestSuite
+from junitparser import Error, Failure, Skipped, TestCase
+
+from matrix.cells import Cell, MatrixError
 
 MESSAGE_LIMIT = 2000
 
@@ -25,25 +28,37 @@ MESSAGE_LIMIT = 2000
 PASSED, FAILED, ERROR, SKIPPED, XFAIL = "passed", "failed", "error", "skipped", "xfail"
 
 
-@dataclass(frozen=True)
-class CaseResult:
-    classname: str
-    name: str
+@dataclass(frozen=True, slots=True)
+class Attempt:
     outcome: str
     message: str
+    source: str
+
+
+@dataclass(slots=True)
+class CaseRecord:
+    """One test case of one cell: every attempt at it, and (once judged by matrix.status) its status."""
+
+    classname: str
+    name: str
+    attempts: tuple[Attempt, ...]
     properties: dict[str, str]
+    status: object = None  # a matrix.status.Status once judged
+    expected: str | None = None
+    rule: str | None = None
+    issue: str | None = None
+
+    @property
+    def message(self) -> str:
+        return next((a.message for a in self.attempts if a.outcome != PASSED and a.message), "")
 
 
 @dataclass
-class SuiteResult:
-    path: str
-    name: str
-    envelope: dict[str, str]
-    cases: list[CaseResult]
+class CellGroup:
+    """Everything the inputs say about one cell under one vLLM release."""
 
-    @property
-    def cell_id(self) -> str | None:
-        return self.envelope.get("cell_id")
+    envelopes: list[dict[str, str]] = field(default_factory=list)
+    cases: dict[tuple[str, str], CaseRecord] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,7 +71,7 @@ class Problem:
 @dataclass
 class Inputs:
     files: list[str] = field(default_factory=list)
-    suites: list[SuiteResult] = field(default_factory=list)  # attributed to a cell
+    groups: dict[tuple[str, str], CellGroup] = field(default_factory=dict)  # (vLLM release, cell id)
     unattributed: list[Problem] = field(default_factory=list)
     unreadable: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
@@ -101,10 +116,12 @@ def _message(result) -> str:
 
 
 def _properties(elem) -> dict[str, str]:
+    # Interned: the same few names and values repeat across hundreds of thousands of cases.
     props = {}
     for container in elem.findall("properties"):
         for prop in container.findall("property"):
-            props[prop.get("name", "")] = prop.get("value", prop.text or "")
+            value = prop.get("value", prop.text or "")
+            props[sys.intern(prop.get("name", ""))] = sys.intern(value) if len(value) < 64 else value
     return props
 
 
@@ -123,36 +140,52 @@ def read_file(path: str, into: Inputs) -> None:
     if root.tag not in ("testsuites", "testsuite"):
         into.unreadable.append(Problem(path, f"root element is <{root.tag}>, not <testsuites> or <testsuite>"))
         return
-    before = len(into.suites) + len(into.unattributed)
-    _walk(path, root, {}, into)
-    if len(into.suites) + len(into.unattributed) == before:
+    if root.tag == "testsuites" and root.find(".//testsuite") is None:
         into.unattributed.append(Problem(path, "no test suite in the file"))
+    _walk(path, root, {}, into)
 
 
 def _walk(path: str, elem, inherited: dict[str, str], into: Inputs) -> None:
     if elem.tag == "testsuite":
         envelope = {**inherited, **_properties(elem)}
-        suite = TestSuite.fromelem(elem)
-        cases = []
-        for index, child in enumerate(elem.findall("testcase")):
-            case = TestCase.fromelem(child)
-            name = child.get("name")
-            if not name:
-                name = f"<unnamed testcase {index + 1}>"
-                into.warnings.append(Problem(path, f"suite {suite.name!r}: a testcase without a name, kept as {name}"))
-            outcome, message = _outcome(case)
-            cases.append(CaseResult(child.get("classname", ""), name, outcome, message, _properties(child)))
-        into.testcases_read += len(cases)
-        if cases or not elem.findall("testsuite"):
-            if envelope.get("cell_id"):
-                into.suites.append(SuiteResult(path, suite.name or "", envelope, cases))
-            else:
-                into.unattributed.append(
-                    Problem(path, f"suite {suite.name!r} has no cell envelope (no cell_id property)", len(cases))
-                )
+        _read_suite(path, elem, envelope, into)
         inherited = envelope
     for child in elem.findall("testsuite"):
         _walk(path, child, inherited, into)
+
+
+def _read_suite(path: str, elem, envelope: dict[str, str], into: Inputs) -> None:
+    children = elem.findall("testcase")
+    if not children and elem.findall("testsuite"):
+        return  # a container: its nested suites carry the cases
+    suite_name = elem.get("name", "")
+    into.testcases_read += len(children)
+    cell_id = envelope.get("cell_id")
+    if not cell_id:
+        reason = f"suite {suite_name!r} has no cell envelope (no cell_id property)"
+        into.unattributed.append(Problem(path, reason, len(children)))
+        return
+    try:
+        Cell.parse(cell_id)
+    except MatrixError as exc:
+        into.unattributed.append(Problem(path, f"suite {suite_name!r}: cell_id is not a cell: {exc}", len(children)))
+        return
+    group = into.groups.setdefault((envelope.get("vllm_version") or "unknown", cell_id), CellGroup())
+    group.envelopes.append(envelope)
+    for index, child in enumerate(children):
+        name = child.get("name")
+        if not name:
+            name = f"<unnamed testcase {index + 1}>"
+            into.warnings.append(Problem(path, f"suite {suite_name!r}: a testcase without a name, kept as {name}"))
+        outcome, message = _outcome(TestCase.fromelem(child))
+        attempt = Attempt(outcome, message, path)
+        key = (sys.intern(child.get("classname", "")), name)
+        record = group.cases.get(key)
+        if record is None:
+            group.cases[key] = CaseRecord(key[0], name, (attempt,), _properties(child))
+        else:  # a rerun, or the same test from another runner: one case, its attempts kept
+            record.attempts += (attempt,)
+            record.properties.update(_properties(child))
 
 
 def read_inputs(inputs: list[str]) -> Inputs:

@@ -8,7 +8,9 @@ the inputs goes through html.escape.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from html import escape
+from pathlib import Path
 
 from matrix.cells import CELLS
 from matrix.render_md import row_name
@@ -44,6 +46,9 @@ PROVENANCE = (
     ("kit", "kit_commit"),
 )
 FAILING = (Status.REGRESSION, Status.FLAKY, Status.FIXED, Status.KNOWN_FAIL)
+# Per cell, the page lists this many failing tests with their messages; compat.json has them all.
+LISTED_FAILURES = 40
+MESSAGE_CHARS = 1500
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
@@ -123,11 +128,13 @@ def _cell(cell: CellReport) -> str:
     parts.append(f"<div>reproduce: <code>{_e(cell.command)}</code></div>")
     for issue in cell.issues:
         parts.append(f'<div>issue: <a href="{_e(issue)}">{_e(issue)}</a></div>')
-    for case in cell.cases:
-        if case.status in FAILING:
-            parts.append(f"<div>{case.status.symbol} {case.status.value}: <code>{_e(case.name)}</code></div>")
-            if case.message:
-                parts.append(f"<pre>{_e(case.message)}</pre>")
+    failing = [case for case in cell.cases if case.status in FAILING]
+    for case in failing[:LISTED_FAILURES]:
+        parts.append(f"<div>{case.status.symbol} {case.status.value}: <code>{_e(case.name)}</code></div>")
+        if case.message:
+            parts.append(f"<pre>{_e(case.message[:MESSAGE_CHARS])}</pre>")
+    if len(failing) > LISTED_FAILURES:
+        parts.append(f"<div>… and {len(failing) - LISTED_FAILURES} more: see the detail table and compat.json</div>")
     parts.append("</details>")
     line = cell.summary or ("" if cell.envelope else cell.reason)
     if line:
@@ -145,55 +152,37 @@ def _grid(report: Report, vllm: str) -> str:
     return f'<table class="grid"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def _detail(report: Report, vllm: str) -> str:
+def _detail(report: Report, vllm: str) -> Iterator[str]:
     tests: dict[str, dict[str, Status]] = {}
     for cell in report.versions[vllm]:
         for case in cell.cases:
             tests.setdefault(row_name(cell, case.name), {})[cell.cell.id] = case.status
     head = "".join(f'<th class="c">{c.id}</th>' for c in CELLS)
-    body = "".join(
-        f"<tr><td>{_e(name)}</td>"
-        + "".join(
-            f'<td title="{tests[name][c.id].value}">{tests[name][c.id].symbol}</td>'
-            if c.id in tests[name]
-            else "<td></td>"
-            for c in CELLS
-        )
-        + "</tr>"
-        for name in sorted(tests)
-    )
-    return (
+    yield (
         f"<details><summary>Test × cell detail ({len(tests)} tests)</summary>"
-        f'<table class="detail"><thead><tr><th>test</th>{head}</tr></thead><tbody>{body}</tbody></table></details>'
+        f'<table class="detail"><thead><tr><th>test</th>{head}</tr></thead><tbody>'
     )
+    for name in sorted(tests):
+        row = tests[name]
+        yield (
+            f"<tr><td>{_e(name)}</td>"
+            + "".join(
+                f'<td title="{row[c.id].value}">{row[c.id].symbol}</td>' if c.id in row else "<td></td>" for c in CELLS
+            )
+            + "</tr>"
+        )
+    yield "</tbody></table></details>"
 
 
-def render(report: Report) -> str:
+def chunks(report: Report) -> Iterator[str]:
+    """The page, piece by piece: a large report is written without ever holding it whole."""
     inputs = report.inputs
     legend = "".join(
         f'<label style="--c:{COLOURS[s]}"><input type="checkbox" value="{s.value}" checked> {s.symbol} '
         f"<b>{s.value}</b>: {_e(s.meaning)}</label>"
         for s in Status
     )
-    sections = []
-    for vllm in report.versions:
-        sections.append(f"<h2>vLLM {_e(vllm)}</h2>{_grid(report, vllm)}{_detail(report, vllm)}")
-    if report.diff is not None:
-        items = []
-        for title, changes in (
-            ("New regressions", report.diff.new_regressions),
-            ("Newly fixed", report.diff.newly_fixed),
-            ("Went missing", report.diff.went_missing),
-        ):
-            listed = ", ".join(f"<code>{_e(c.cell)}</code> (vLLM {_e(c.vllm)}, was {_e(c.was)})" for c in changes)
-            items.append(f"<li><b>{title}</b>: {listed or 'none'}</li>")
-        sections.append(f"<h2>Changes since the previous report</h2><ul>{''.join(items)}</ul>")
-    problems = [("unreadable", p) for p in inputs.unreadable] + [("unattributed", p) for p in inputs.unattributed]
-    problems += [("warning", p) for p in inputs.warnings]
-    if problems:
-        items = "".join(f"<li>{kind}: <code>{_e(p.path)}</code>: {_e(p.reason)}</li>" for kind, p in problems)
-        sections.append(f"<h2>Inputs not counted in the grid</h2><ul>{items}</ul>")
-    return (
+    yield (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         "<title>vLLM WSL2 pinned-memory compatibility</title>"
@@ -205,5 +194,32 @@ def render(report: Report) -> str:
         "model runner × graph mode; <i>a→b</i>: VLLM_WSL2_ENABLE_PIN_MEMORY unset gives <i>a</i>, =1 gives "
         "<i>b</i>. Hover a cell for its provenance, click it for details.</p>"
         f'<div class="filter legend" role="group" aria-label="filter by status">{legend}</div>'
-        f"{''.join(sections)}<script>{JS}</script></body></html>\n"
     )
+    for vllm in report.versions:
+        yield f"<h2>vLLM {_e(vllm)}</h2>{_grid(report, vllm)}"
+        yield from _detail(report, vllm)
+    if report.diff is not None:
+        items = []
+        for title, changes in (
+            ("New regressions", report.diff.new_regressions),
+            ("Newly fixed", report.diff.newly_fixed),
+            ("Went missing", report.diff.went_missing),
+        ):
+            listed = ", ".join(f"<code>{_e(c.cell)}</code> (vLLM {_e(c.vllm)}, was {_e(c.was)})" for c in changes)
+            items.append(f"<li><b>{title}</b>: {listed or 'none'}</li>")
+        yield f"<h2>Changes since the previous report</h2><ul>{''.join(items)}</ul>"
+    problems = [("unreadable", p) for p in inputs.unreadable] + [("unattributed", p) for p in inputs.unattributed]
+    problems += [("warning", p) for p in inputs.warnings]
+    if problems:
+        items = "".join(f"<li>{kind}: <code>{_e(p.path)}</code>: {_e(p.reason)}</li>" for kind, p in problems)
+        yield f"<h2>Inputs not counted in the grid</h2><ul>{items}</ul>"
+    yield f"<script>{JS}</script></body></html>\n"
+
+
+def render(report: Report) -> str:
+    return "".join(chunks(report))
+
+
+def write(report: Report, path: Path) -> None:
+    with path.open("w") as f:
+        f.writelines(chunks(report))

@@ -46,7 +46,7 @@ def _cell(c: CellReport) -> dict:
     }
 
 
-def to_document(report: Report) -> dict:
+def to_document(report: Report, cells: bool = True) -> dict:
     inputs = report.inputs
     return {
         "schema": REPORT_SCHEMA,
@@ -60,12 +60,24 @@ def to_document(report: Report) -> dict:
             "unreadable": [asdict(p) for p in inputs.unreadable],
             "warnings": [asdict(p) for p in inputs.warnings],
         },
-        "versions": [{"vllm": v, "cells": [_cell(c) for c in cells]} for v, cells in report.versions.items()],
+        "versions": [
+            {"vllm": v, "cells": [_cell(c) for c in version_cells] if cells else []}
+            for v, version_cells in report.versions.items()
+        ],
         "diff": asdict(report.diff) if report.diff else None,
     }
 
 
 def write(report: Report, path: Path) -> None:
+    """``to_document`` written a cell at a time: a large report never exists twice in memory."""
+    document = to_document(report, cells=False)
+    del document["versions"]
+    head = json.dumps(document, ensure_ascii=False)[:-1]
     with path.open("w") as f:
-        json.dump(to_document(report), f, indent=1, ensure_ascii=False)
-        f.write("\n")
+        f.write(head + ', "versions": [')
+        for i, (vllm, cells) in enumerate(report.versions.items()):
+            f.write(("," if i else "") + f'\n{{"vllm": {json.dumps(vllm)}, "cells": [')
+            for j, cell in enumerate(cells):
+                f.write(("," if j else "") + "\n" + json.dumps(_cell(cell), ensure_ascii=False))
+            f.write("]}")
+        f.write("]}\n")

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from matrix.cells import CELLS, Cell, MatrixError, Runner
+from matrix.cells import CELLS, Cell, Runner
 from matrix.expectations import Rule, expected_values
-from matrix.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, Inputs, Problem, SuiteResult
+from matrix.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, CaseRecord, CellGroup, Inputs
 
 
 class Status(enum.Enum):
@@ -77,29 +77,6 @@ STATUS_MEANINGS = {
 CELL_PRIORITY = (Status.REGRESSION, Status.FLAKY, Status.FIXED, Status.KNOWN_FAIL, Status.PASS, Status.SKIPPED)
 
 
-@dataclass(frozen=True)
-class Attempt:
-    outcome: str
-    message: str
-    source: str
-
-
-@dataclass
-class JudgedCase:
-    classname: str
-    name: str
-    status: Status
-    attempts: list[Attempt]
-    properties: dict[str, str]
-    expected: str | None = None
-    rule: str | None = None
-    issue: str | None = None
-
-    @property
-    def message(self) -> str:
-        return next((a.message for a in self.attempts if a.outcome != PASSED and a.message), "")
-
-
 @dataclass
 class CellReport:
     cell: Cell
@@ -107,7 +84,7 @@ class CellReport:
     status: Status
     reason: str = ""
     envelope: dict[str, str] = field(default_factory=dict)
-    cases: list[JudgedCase] = field(default_factory=list)
+    cases: list[CaseRecord] = field(default_factory=list)
     age_days: float | None = None
     underlying: Status | None = None  # what a stale cell showed
 
@@ -166,39 +143,31 @@ def _outcome_status(outcome: str, message: str) -> Status:
     return Status.REGRESSION
 
 
-def judge_case(
-    classname: str,
-    name: str,
-    attempts: list[Attempt],
-    properties: dict[str, str],
-    rules: list[Rule],
-    cell: Cell,
-    vllm: str,
-) -> JudgedCase:
-    outcomes = {a.outcome for a in attempts}
-    judged = JudgedCase(classname, name, Status.PASS, attempts, properties)
+def judge_case(case: CaseRecord, rules: list[Rule], cell: Cell, vllm: str) -> CaseRecord:
+    """Set ``case.status`` (and the rule it was judged by), in place."""
+    outcomes = {a.outcome for a in case.attempts}
     if PASSED in outcomes and outcomes & {FAILED, ERROR}:
-        judged.status = Status.FLAKY
-        return judged
-    last = attempts[-1]
-    judged.status = _outcome_status(last.outcome, last.message)
-    key, observed = properties.get("gate_key"), properties.get("observed")
-    pin_env = properties.get("pin_env")
+        case.status = Status.FLAKY
+        return case
+    last = case.attempts[-1]
+    case.status = _outcome_status(last.outcome, last.message)
+    properties = case.properties
+    key, observed, pin_env = properties.get("gate_key"), properties.get("observed"), properties.get("pin_env")
     if key is None or observed is None or pin_env is None:
-        return judged
+        return case
     try:
         expected = expected_values(rules, cell, vllm, pin_env).get(key)
     except InvalidVersion:
-        return judged
+        return case
     if expected is None:
-        return judged
-    judged.expected, judged.rule, judged.issue = str(expected.value), expected.rule.id, expected.known_issue
-    matches = observed == str(expected.value)
+        return case
+    case.expected, case.rule, case.issue = str(expected.value), expected.rule.id, expected.known_issue
+    matches = observed == case.expected
     if expected.known_issue:
-        judged.status = Status.FIXED if matches else Status.KNOWN_FAIL
+        case.status = Status.FIXED if matches else Status.KNOWN_FAIL
     else:
-        judged.status = Status.PASS if matches else Status.REGRESSION
-    return judged
+        case.status = Status.PASS if matches else Status.REGRESSION
+    return case
 
 
 def _age_days(started_at: str, now: dt.datetime) -> float | None:
@@ -211,7 +180,7 @@ def _age_days(started_at: str, now: dt.datetime) -> float | None:
     return round((now - started).total_seconds() / 86400, 2)
 
 
-def _cell_status(cases: list[JudgedCase]) -> Status:
+def _cell_status(cases: list[CaseRecord]) -> Status:
     present = {c.status for c in cases}
     for status in CELL_PRIORITY:
         if status in present:
@@ -246,20 +215,11 @@ def build_cells(
 ) -> dict[str, list[CellReport]]:
     """vLLM version -> the 24 cells' reports, every case of every attributed suite accounted for."""
     nox = nox or {}
-    grouped: dict[tuple[str, str], list[SuiteResult]] = {}
-    for suite in inputs.suites:
-        try:
-            Cell.parse(suite.cell_id)
-        except MatrixError as exc:
-            inputs.unattributed.append(
-                Problem(suite.path, f"cell_id {suite.cell_id!r} is not a cell: {exc}", len(suite.cases))
-            )
-            continue
-        version = suite.envelope.get("vllm_version") or default_vllm
-        grouped.setdefault((version, suite.cell_id), []).append(suite)
-    versions = sorted({v for v, _ in grouped}, key=_version_key, reverse=True) or [default_vllm]
+    # The groups are handed over, not kept twice: each is released once judged.
+    groups, inputs.groups = inputs.groups, {}
+    versions = sorted({v for v, _ in groups}, key=_version_key, reverse=True) or [default_vllm]
     return {
-        v: [_cell_report(cell, v, grouped.get((v, cell.id), []), rules, now, max_age_days, nox) for cell in CELLS]
+        v: [_cell_report(cell, v, groups.pop((v, cell.id), None), rules, now, max_age_days, nox) for cell in CELLS]
         for v in versions
     }
 
@@ -274,35 +234,29 @@ def _version_key(version: str):
 def _cell_report(
     cell: Cell,
     vllm: str,
-    suites: list[SuiteResult],
+    group: CellGroup | None,
     rules: list[Rule],
     now: dt.datetime,
     max_age_days: float | None,
     nox: dict[str, NoxRecord],
 ) -> CellReport:
-    if not suites:
+    if group is None:
         record = nox.get(cell.id)
         if record and record.result in ("failed", "aborted"):
             return CellReport(cell, vllm, Status.CRASHED, f"nox session {record.result}: {record.reason}".strip())
         return CellReport(cell, vllm, Status.MISSING, "no input mentions this cell")
-    newest = max(suites, key=lambda s: s.envelope.get("started_at", ""))
-    attempts: dict[tuple[str, str], tuple[list[Attempt], dict[str, str]]] = {}
-    for suite in suites:
-        for case in suite.cases:
-            entry = attempts.setdefault((case.classname, case.name), ([], {}))
-            entry[0].append(Attempt(case.outcome, case.message, suite.path))
-            entry[1].update(case.properties)
-    cases = [judge_case(cn, n, a, p, rules, cell, vllm) for (cn, n), (a, p) in attempts.items()]
+    newest = max(group.envelopes, key=lambda e: e.get("started_at", ""))
+    cases = [judge_case(case, rules, cell, vllm) for case in group.cases.values()]
     report = CellReport(
         cell,
         vllm,
         _cell_status(cases),
-        envelope=dict(newest.envelope),
+        envelope=dict(newest),
         cases=cases,
-        age_days=_age_days(newest.envelope.get("started_at", ""), now),
+        age_days=_age_days(newest.get("started_at", ""), now),
     )
-    if newest.envelope.get("execution") == "misrouted":
-        report.status, report.reason = Status.MISROUTED, newest.envelope.get("execution_reason", "")
+    if newest.get("execution") == "misrouted":
+        report.status, report.reason = Status.MISROUTED, newest.get("execution_reason", "")
     elif cases and all(c.name == "no_results" for c in cases):
         record = nox.get(cell.id)
         report.status = Status.CRASHED
