@@ -13,8 +13,7 @@ from html import escape
 from pathlib import Path
 
 from matrix.cells import CELLS
-from matrix.render_md import row_name
-from matrix.report import COLUMN_NAMES, COLUMNS, HOST_NAMES, ROWS, STACK_NAMES, Report
+from matrix.report import COLUMN_NAMES, COLUMNS, HOST_NAMES, ROWS, STACK_NAMES, Report, detail_rows
 from matrix.status import CellReport, Status
 
 COLOURS = {
@@ -153,17 +152,13 @@ def _grid(report: Report, vllm: str) -> str:
 
 
 def _detail(report: Report, vllm: str) -> Iterator[str]:
-    tests: dict[str, dict[str, Status]] = {}
-    for cell in report.versions[vllm]:
-        for case in cell.cases:
-            tests.setdefault(row_name(cell, case.name), {})[cell.cell.id] = case.status
+    tests = detail_rows(report, vllm)
     head = "".join(f'<th class="c">{c.id}</th>' for c in CELLS)
     yield (
         f"<details><summary>Test × cell detail ({len(tests)} tests)</summary>"
         f'<table class="detail"><thead><tr><th>test</th>{head}</tr></thead><tbody>'
     )
-    for name in sorted(tests):
-        row = tests[name]
+    for name, row in tests:
         yield (
             f"<tr><td>{_e(name)}</td>"
             + "".join(

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 from matrix.cells import CELLS
-from matrix.report import COLUMN_NAMES, COLUMNS, HOST_NAMES, ROWS, STACK_NAMES, Report
-from matrix.status import CellReport, Status
+from matrix.report import COLUMN_NAMES, COLUMNS, HOST_NAMES, ROWS, STACK_NAMES, Report, detail_rows
+from matrix.status import Status
 
 STEP_SUMMARY_LIMIT = 1 << 20
 _SPECIAL = {c: f"&#{ord(c)};" for c in "|`*_[]\\~#!<>"}
@@ -21,11 +21,6 @@ def md(text: object) -> str:
     """Text from an input, safe inside a Markdown table cell: no markup, no HTML, one line."""
     flat = re.sub(r"\s+", " ", str(text)).strip()
     return "".join(_SPECIAL.get(ch, ch) for ch in flat)
-
-
-def row_name(cell: CellReport, name: str) -> str:
-    """A test's name without its cell, so one row of the detail spans every cell."""
-    return name.replace(f"{cell.cell.id}-", "").replace(f"-{cell.cell.id}", "").replace(cell.cell.id, "")
 
 
 def _grid(report: Report, vllm: str, footnotes: dict[str, int]) -> list[str]:
@@ -47,16 +42,9 @@ def _grid(report: Report, vllm: str, footnotes: dict[str, int]) -> list[str]:
 
 
 def _detail(report: Report, vllm: str) -> list[str]:
-    cells = report.versions[vllm]
-    tests: dict[str, dict[str, Status]] = {}
-    for cell in cells:
-        for case in cell.cases:
-            tests.setdefault(row_name(cell, case.name), {})[cell.cell.id] = case.status
-    header = "| test | " + " | ".join(f"`{c.id}`" for c in CELLS) + " |"
-    lines = [header, "|---" * (len(CELLS) + 1) + "|"]
-    for name in sorted(tests):
-        row = [md(name)] + [tests[name][c.id].symbol if c.id in tests[name] else "" for c in CELLS]
-        lines.append("| " + " | ".join(row) + " |")
+    lines = ["| test | " + " | ".join(f"`{c.id}`" for c in CELLS) + " |", "|---" * (len(CELLS) + 1) + "|"]
+    for name, row in detail_rows(report, vllm):
+        lines.append("| " + " | ".join([md(name)] + [row[c.id].symbol if c.id in row else "" for c in CELLS]) + " |")
     return lines
 
 

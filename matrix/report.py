@@ -65,6 +65,20 @@ class Report:
         return [c for c in self.all_cells if c.status.is_bad]
 
 
+def row_name(cell: CellReport, name: str) -> str:
+    """A test's name without its cell, so one row of the detail spans every cell."""
+    return name.replace(f"{cell.cell.id}-", "").replace(f"-{cell.cell.id}", "").replace(cell.cell.id, "")
+
+
+def detail_rows(report: Report, vllm: str) -> list[tuple[str, dict[str, Status]]]:
+    """The test x cell detail: (test, {cell id: status}), sorted by test."""
+    tests: dict[str, dict[str, Status]] = {}
+    for cell in report.versions[vllm]:
+        for case in cell.cases:
+            tests.setdefault(row_name(cell, case.name), {})[cell.cell.id] = case.status
+    return sorted(tests.items())
+
+
 def compare(previous: dict, versions: dict[str, list[CellReport]]) -> Diff:
     before = {(v["vllm"], c["id"]): c["status"] for v in previous.get("versions", []) for c in v.get("cells", [])}
     diff = Diff()

@@ -123,12 +123,17 @@ class CellReport:
         keys += [("offload_path", "offload"), ("repro", "repro")]
         for key, label in keys:
             values = [self.observed(key, pin) for pin in ("unset", "1")]
-            values = [{"True": "on", "False": "off"}.get(v, v) for v in values if v is not None]
+            values = [shown(v) for v in values if v is not None]
             if not values:
                 continue
-            shown = values[0] if len(set(values)) == 1 else "→".join(values)
-            parts.append(f"{label} {shown}".strip())
+            text = values[0] if len(set(values)) == 1 else "→".join(values)
+            parts.append(f"{label} {text}".strip())
         return " · ".join(parts)
+
+
+def shown(value: str) -> str:
+    """An observed gate value as people read it: booleans as on/off."""
+    return {"True": "on", "False": "off"}.get(value, value)
 
 
 def _outcome_status(outcome: str, message: str) -> Status:

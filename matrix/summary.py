@@ -10,6 +10,7 @@ from junitparser import Failure, JUnitXml, Skipped
 
 from matrix.cells import Cell, Runner
 from matrix.junit import case_properties, suite_properties
+from matrix.status import shown
 
 
 @dataclass
@@ -49,7 +50,7 @@ def summarize(path: Path) -> CellSummary:
 
 def _pair(summary: CellSummary, key: str) -> str:
     values = [summary.observed.get((key, pin), "-") for pin in ("unset", "1")]
-    values = [{"True": "on", "False": "off"}.get(v, v) for v in values]
+    values = [shown(v) for v in values]
     return values[0] if values[0] == values[1] else f"{values[0]} / {values[1]}"
 
 
