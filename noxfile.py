@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shutil
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -29,6 +31,21 @@ nox.options.reuse_venv = "yes"
 
 # The vLLM release every session uses unless told otherwise: the one place it is set.
 VLLM_VERSION = "0.33.0"
+# What `nox -s history` runs by default: every minor release from the one before
+# VLLM_WSL2_ENABLE_PIN_MEMORY appeared (0.24.0, #41496) up to VLLM_VERSION.
+HISTORY_VERSIONS = (
+    "0.23.0",
+    "0.24.0",
+    "0.25.0",
+    "0.26.0",
+    "0.27.0",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    VLLM_VERSION,
+)
 # vLLM's gate code needs torch, never a GPU: a CPU build is enough (see requirements/gate.txt).
 GATE_TORCH = "torch==2.13.0"
 RESULTS = ROOT / "results"
@@ -47,19 +64,29 @@ def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
     return args, rest
 
 
-def _install(session: nox.Session, vllm: str, full: bool) -> None:
+def _installer(session: nox.Session, python: str | None = None):
+    """``session.install``, or the same into another interpreter's environment."""
+    if python is None:
+        return session.install
+    if shutil.which("uv"):
+        return lambda *args: session.run("uv", "pip", "install", "--quiet", "--python", python, *args, external=True)
+    return lambda *args: session.run(python, "-m", "pip", "install", "--quiet", *args, external=True)
+
+
+def _install(session: nox.Session, vllm: str, full: bool, python: str | None = None) -> None:
     """vLLM and the kit. Without a GPU for the cells: vLLM's wheel alone plus what its gate code imports."""
+    install = _installer(session, python)
     if full:
         requirement = [f"vllm=={vllm}"]
     else:
-        session.install("--no-deps", "-r", "requirements/gate.txt")
-        session.install(GATE_TORCH)
+        install("--no-deps", "-r", "requirements/gate.txt")
+        install(GATE_TORCH)
         requirement = ["--no-deps", f"vllm=={vllm}"]
     try:
-        session.install(*requirement)
+        install(*requirement)
     except nox.command.CommandFailed:
         session.error(f"could not install vLLM {vllm} (see the installer's message above): is it a released version?")
-    session.install("-e", ".[test]")
+    install("-e", ".[test]")
 
 
 def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("tests/cell",)) -> None:
@@ -173,6 +200,91 @@ def page(session: nox.Session) -> None:
     session.install("-e", ".")
     target = session.posargs[0] if session.posargs else str(REPORT)
     session.run("python", "-m", "matrix", "page", target, "--screenshot", str(Path(target) / "screenshot.png"))
+
+
+def _release_python(session: nox.Session, version: str) -> str:
+    """A virtual environment of its own for one vLLM release, kept under this session's directory."""
+    env = Path(session.virtualenv.location) / "releases" / version
+    if not (env / "bin" / "python").exists():
+        if shutil.which("uv"):
+            session.run("uv", "venv", "--quiet", "--python", sys.executable, str(env), external=True)
+        else:
+            session.run(sys.executable, "-m", "venv", str(env), external=True)
+    return str(env / "bin" / "python")
+
+
+@nox.session(default=False)
+def history(session: nox.Session) -> None:
+    """Gate tests of all 24 cells against each vLLM release, each in its own environment -> results/history/<v>/."""
+    parser = argparse.ArgumentParser(prog="nox -s history --")
+    parser.add_argument("--versions", default=",".join(HISTORY_VERSIONS), help="comma-separated vLLM releases")
+    args = parser.parse_args(session.posargs)
+    versions = [v.strip() for v in args.versions.split(",") if v.strip()]
+    for version in versions:
+        try:
+            Version(version)
+        except InvalidVersion:
+            session.error(f"--versions: {version!r} is not a version number, e.g. {VLLM_VERSION}")
+    tmp = Path(session.create_tmp())
+    timings = []
+    for version in versions:
+        started = time.perf_counter()
+        python = _release_python(session, version)
+        _install(session, version, full=False, python=python)
+        installed = time.perf_counter()
+        env_record, raw = tmp / f"env-{version}.json", tmp / f"junit-{version}.xml"
+        raw.unlink(missing_ok=True)
+        stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        session.run(python, "-m", "matrix", "env", "--out", str(env_record), external=True)
+        # Exit 1 (failed tests) is a result: an old release that breaks a rule is what history is for.
+        session.run(
+            python,
+            "-m",
+            "pytest",
+            "tests/cell/test_gate.py",
+            "-o",
+            "junit_family=xunit1",
+            f"--junitxml={raw}",
+            "-q",
+            external=True,
+            success_codes=[0, 1],
+        )
+        session.run(
+            python,
+            "-m",
+            "matrix",
+            "split",
+            str(raw),
+            "--env",
+            str(env_record),
+            "--out",
+            str(RESULTS / "history" / version),
+            "--started-at",
+            stamp,
+            external=True,
+        )
+        timings.append((version, installed - started, time.perf_counter() - installed))
+    total = sum(i + g for _, i, g in timings)
+    for version, install_s, gate_s in timings:
+        session.log(f"vLLM {version}: install {install_s:5.1f} s, gate tests of 24 cells {gate_s:5.1f} s")
+    session.log(f"{len(timings)} releases x 24 cells in {total:.0f} s ({total / 60:.1f} min)")
+
+
+@nox.session(default=False, requires=["history"])
+def publish(session: nox.Session) -> None:
+    """Regenerate docs/matrix/ (the published table) from results/history/ and any docs/probe/*.json."""
+    session.install("-e", ".")
+    session.run(
+        "python",
+        "-m",
+        "matrix",
+        "report",
+        str(RESULTS / "history"),
+        "--probes",
+        str(ROOT / "docs" / "probe"),
+        "--out",
+        str(ROOT / "docs" / "matrix"),
+    )
 
 
 @nox.session(default=False)

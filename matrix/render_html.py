@@ -59,6 +59,8 @@ td.cell{border-left:8px solid var(--c)}
 td.cell summary{cursor:pointer;font-weight:600;list-style:none}
 td.cell .sym{font-size:1.2em}
 td.cell .line{font-size:.85em;color:#444}td.cell.dim{opacity:.2}
+td.cell .ev{font-size:.75em;color:#666;font-style:italic}
+ol.timeline{font-size:.8em;margin:.2em 0;padding-left:1.2em}
 .filter label{display:inline-block;margin:.15em .6em .15em 0;padding:.1em .4em;border-left:6px solid var(--c)}
 dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:.1em .6em;font-size:.85em;margin:.4em 0}
 dl.prov dt{color:#666}dl.prov dd{margin:0;word-break:break-all}
@@ -87,6 +89,19 @@ JS = """
   }
   boxes.forEach(function (b) { b.addEventListener('change', apply); });
   apply();
+  // One release at a time (the newest first); a link may pick one: #release=0.28.0
+  var select = document.getElementById('release');
+  function show() {
+    document.querySelectorAll('section.release').forEach(function (sec) {
+      sec.hidden = select.value !== 'all' && sec.getAttribute('data-release') !== select.value;
+    });
+  }
+  if (select) {
+    var picked = /release=([^&]*)/.exec(location.hash);
+    if (picked) { select.value = decodeURIComponent(picked[1]); }
+    select.addEventListener('change', show);
+    show();
+  }
 })();
 """
 
@@ -107,7 +122,20 @@ def _title(cell: CellReport) -> str:
     return "\n".join(bits)
 
 
-def _cell(cell: CellReport) -> str:
+def _timeline(report: Report, cell: CellReport) -> str:
+    steps = report.timeline(cell.cell.id)
+    if len(steps) < 2:
+        return ""
+    items = "".join(
+        f"<li><b>{_e(step.vllm)}</b> {step.status.symbol} {step.status.value}"
+        + (f" · {_e(step.summary)}" if step.summary else "")
+        + "</li>"
+        for step in steps
+    )
+    return f'<div>across releases:</div><ol class="timeline">{items}</ol>'
+
+
+def _cell(report: Report, cell: CellReport) -> str:
     s = cell.status
     parts = [
         f'<td class="cell" data-status="{s.value}" data-cell="{_e(cell.cell.id)}" style="--c:{COLOURS[s]}" '
@@ -124,7 +152,10 @@ def _cell(cell: CellReport) -> str:
         )
         age = f"<dt>age</dt><dd>{cell.age_days:g} days</dd>" if cell.age_days is not None else ""
         parts.append(f'<dl class="prov">{rows}{age}</dl>')
+    for evidence in report.evidence(cell):
+        parts.append(f"<div>evidence: {_e(evidence)}</div>")
     parts.append(f"<div>reproduce: <code>{_e(cell.command)}</code></div>")
+    parts.append(_timeline(report, cell))
     for issue in cell.issues:
         parts.append(f'<div>issue: <a href="{_e(issue)}">{_e(issue)}</a></div>')
     failing = [case for case in cell.cases if case.status in FAILING]
@@ -138,6 +169,9 @@ def _cell(cell: CellReport) -> str:
     line = cell.summary or ("" if cell.envelope else cell.reason)
     if line:
         parts.append(f'<div class="line">{_e(line)}</div>')
+    evidence = report.evidence(cell)
+    if evidence:
+        parts.append(f'<div class="ev">{_e(evidence[0].split(" (")[0])}</div>')
     parts.append("</td>")
     return "".join(parts)
 
@@ -146,7 +180,7 @@ def _grid(report: Report, vllm: str) -> str:
     head = "".join(f"<th>{_e(COLUMN_NAMES[c])}</th>" for c in COLUMNS)
     rows = []
     for stack, host in ROWS:
-        cells = "".join(_cell(report.cell(vllm, stack, host, r, m)) for r, m in COLUMNS)
+        cells = "".join(_cell(report, report.cell(vllm, stack, host, r, m)) for r, m in COLUMNS)
         rows.append(f"<tr><th>{STACK_NAMES[stack]} · {_e(HOST_NAMES[host])}</th>{cells}</tr>")
     return f'<table class="grid"><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
@@ -190,9 +224,32 @@ def chunks(report: Report) -> Iterator[str]:
         "<i>b</i>. Hover a cell for its provenance, click it for details.</p>"
         f'<div class="filter legend" role="group" aria-label="filter by status">{legend}</div>'
     )
+    if len(report.versions) > 1:
+        options = "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in report.versions)
+        yield (
+            f'<p><label>vLLM release <select id="release">{options}<option value="all">all releases</option>'
+            "</select></label></p>"
+        )
     for vllm in report.versions:
-        yield f"<h2>vLLM {_e(vllm)}</h2>{_grid(report, vllm)}"
+        yield f'<section class="release" data-release="{_e(vllm)}"><h2>vLLM {_e(vllm)}</h2>{_grid(report, vllm)}'
         yield from _detail(report, vllm)
+        yield "</section>"
+    if report.changes:
+        items = "".join(
+            f"<li><code>{_e(c.cell)}</code> since <b>{_e(c.vllm)}</b>: {_e(c.before)} → {_e(c.after)}"
+            + "".join(f"<br><small>{_e(rule)}</small>" for rule in c.rules)
+            + "</li>"
+            for c in report.changes
+        )
+        yield f"<h2>Changes across releases</h2><ul>{items}</ul>"
+    contradictions = report.contradictions
+    if contradictions:
+        items = "".join(
+            f"<li>rule <code>{_e(c.rule)}</code> expects {_e(c.key)}={_e(c.expected)} for <code>{_e(c.cell)}</code> "
+            f"(pin_env {_e(c.pin_env)}) with vLLM {_e(c.vllm)}; vLLM decided {_e(c.observed)} ({_e(c.status)})</li>"
+            for c in contradictions
+        )
+        yield f"<h2>Rules the results contradict</h2><ul>{items}</ul>"
     if report.diff is not None:
         items = []
         for title, changes in (

@@ -12,7 +12,7 @@ from matrix.status import CellReport
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 
 
-def _cell(c: CellReport) -> dict:
+def _cell(report: Report, c: CellReport) -> dict:
     return {
         "id": c.cell.id,
         "stack": c.cell.stack.value,
@@ -25,6 +25,7 @@ def _cell(c: CellReport) -> dict:
         "summary": c.summary,
         "issues": c.issues,
         "command": c.command,
+        "evidence": report.evidence(c),
         "age_days": c.age_days,
         "counts": c.counts,
         "provenance": c.envelope,
@@ -61,10 +62,13 @@ def to_document(report: Report, cells: bool = True) -> dict:
             "warnings": [asdict(p) for p in inputs.warnings],
         },
         "versions": [
-            {"vllm": v, "cells": [_cell(c) for c in version_cells] if cells else []}
+            {"vllm": v, "cells": [_cell(report, c) for c in version_cells] if cells else []}
             for v, version_cells in report.versions.items()
         ],
         "diff": asdict(report.diff) if report.diff else None,
+        "probes": [asdict(p) for p in report.probes],
+        "changes": [asdict(c) for c in report.changes],
+        "contradictions": [asdict(c) for c in report.contradictions],
     }
 
 
@@ -78,6 +82,6 @@ def write(report: Report, path: Path) -> None:
         for i, (vllm, cells) in enumerate(report.versions.items()):
             f.write(("," if i else "") + f'\n{{"vllm": {json.dumps(vllm)}, "cells": [')
             for j, cell in enumerate(cells):
-                f.write(("," if j else "") + "\n" + json.dumps(_cell(cell), ensure_ascii=False))
+                f.write(("," if j else "") + "\n" + json.dumps(_cell(report, cell), ensure_ascii=False))
             f.write("]}")
         f.write("]}\n")

@@ -64,6 +64,25 @@ def render(report: Report, limit: int = STEP_SUMMARY_LIMIT) -> str:
     body: list[str] = []
     for vllm in report.versions:
         body += [f"## vLLM {md(vllm)}", ""] + _grid(report, vllm, footnotes) + [""]
+        evidence: dict[str, int] = {}
+        for cell in report.versions[vllm]:
+            for line in report.evidence(cell) or ["no result"]:
+                evidence[line] = evidence.get(line, 0) + 1
+        body += [f"Evidence: {md(line)} ({n} cells)" for line, n in evidence.items()] + [""]
+    if report.changes:
+        body += ["## Changes across releases", ""]
+        for c in report.changes:
+            why = "".join(f"<br>↳ {md(rule)}" for rule in c.rules)
+            body.append(f"- `{md(c.cell)}` since **{md(c.vllm)}**: {md(c.before)} → {md(c.after)}{why}")
+        body.append("")
+    if report.contradictions:
+        body += ["## Rules the results contradict", ""]
+        body += [
+            f"- rule `{md(c.rule)}` expects {md(c.key)}={md(c.expected)} for `{md(c.cell)}` (pin_env {md(c.pin_env)}) "
+            f"with vLLM {md(c.vllm)}; vLLM decided {md(c.observed)} ({md(c.status)})"
+            for c in report.contradictions
+        ]
+        body.append("")
     body += ["### Legend", ""]
     body += [f"- {s.symbol} **{s.value}**: {s.meaning}" for s in Status]
     body.append("")

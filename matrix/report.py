@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import gc
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from matrix.cells import Host, Mode, Runner, Stack
-from matrix.expectations import load_rules
+from matrix.cells import Host, MatrixError, Mode, Runner, Stack
+from matrix.expectations import Rule, load_rules
 from matrix.reading import Inputs, read_inputs
 from matrix.status import CellReport, Status, build_cells, nox_records
 
@@ -40,6 +43,43 @@ class Diff:
     went_missing: list[Change] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Probe:
+    """A bare-torch probe run recorded on some GPU host (repro/probe.py's metrics document)."""
+
+    path: str
+    stack: str
+    host: str
+    gpu: str
+    collected_at: str
+    passed: bool
+
+
+@dataclass(frozen=True)
+class ReleaseChange:
+    """A cell behaving differently from the release before: what changed, and the rules that say why."""
+
+    cell: str
+    vllm: str
+    before: str
+    after: str
+    rules: tuple[str, ...]  # "rule-id: note (issue)" of rules that start at this release
+
+
+@dataclass(frozen=True)
+class Contradiction:
+    """A result that a rule without a known issue got wrong, or a known issue that no longer holds."""
+
+    vllm: str
+    cell: str
+    rule: str
+    key: str
+    pin_env: str
+    expected: str
+    observed: str
+    status: str
+
+
 @dataclass
 class Report:
     generated_at: dt.datetime
@@ -48,6 +88,51 @@ class Report:
     versions: dict[str, list[CellReport]]
     max_age_days: float | None = None
     diff: Diff | None = None
+    probes: list[Probe] = field(default_factory=list)
+    changes: list[ReleaseChange] = field(default_factory=list)
+
+    def evidence(self, cell: CellReport) -> list[str]:
+        """What a cell's result rests on, in words."""
+        env = cell.envelope
+        date = env.get("started_at", "")[:10]
+        found = []
+        execution = env.get("execution")
+        if execution == "gate-only":
+            found.append(f"gate-only: vLLM {cell.vllm}'s own code decides ({date})")
+        elif execution == "emulated":
+            found.append(f"emulated on {env.get('gpu', '?')} ({date})")
+        elif execution == "native":
+            found.append(f"native run on {env.get('gpu', '?')}, runner {env.get('runner_name', '?')} ({date})")
+        for probe in self.probes:
+            if (probe.stack, probe.host) == (cell.cell.stack.value, cell.cell.host.value):
+                outcome = "mechanism works" if probe.passed else "mechanism fails"
+                found.append(f"probe on {probe.gpu} ({probe.collected_at[:10]}): {outcome}")
+        return found
+
+    def timeline(self, cell_id: str) -> list[CellReport]:
+        """The cell in every release, oldest first."""
+        return [c for v in reversed(list(self.versions)) for c in self.versions[v] if c.cell.id == cell_id]
+
+    @property
+    def contradictions(self) -> list[Contradiction]:
+        found = []
+        for cell in self.all_cells:
+            for case in cell.cases:
+                if case.rule and case.status in (Status.REGRESSION, Status.FIXED):
+                    p = case.properties
+                    found.append(
+                        Contradiction(
+                            cell.vllm,
+                            cell.cell.id,
+                            case.rule,
+                            p.get("gate_key", ""),
+                            p.get("pin_env", ""),
+                            case.expected or "",
+                            p.get("observed", ""),
+                            case.status.value,
+                        )
+                    )
+        return found
 
     def cell(self, vllm: str, stack: Stack, host: Host, runner: Runner, mode: Mode) -> CellReport:
         return next(
@@ -100,6 +185,47 @@ def compare(previous: dict, versions: dict[str, list[CellReport]]) -> Diff:
     return diff
 
 
+def release_changes(versions: dict[str, list[CellReport]], rules: list[Rule]) -> list[ReleaseChange]:
+    """Where each cell's behaviour (or status) changed from one release to the next, oldest first."""
+    ordered = list(reversed(list(versions)))
+    changes = []
+    for index in range(1, len(ordered)):
+        before, after = ordered[index - 1], ordered[index]
+        for old, new in zip(versions[before], versions[after], strict=True):
+            was = f"{old.status.value}: {old.summary}" if old.summary else old.status.value
+            now = f"{new.status.value}: {new.summary}" if new.summary else new.status.value
+            if was == now or Status.MISSING in (old.status, new.status):
+                continue
+            why = tuple(
+                f"{r.id}: {r.note}" + (f" ({r.issue})" if r.issue else "")
+                for r in rules
+                if any(fnmatch.fnmatchcase(new.cell.id, pattern) for pattern in r.cells)
+                and r.vllm.contains(after, prereleases=True)
+                and not r.vllm.contains(before, prereleases=True)
+            )
+            changes.append(ReleaseChange(new.cell.id, after, was, now, why))
+    return changes
+
+
+def load_probes(directory: str | None) -> list[Probe]:
+    if not directory or not Path(directory).is_dir():
+        return []
+    probes = []
+    for path in sorted(Path(directory).glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            host = data["host"]
+            passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
+            probes.append(
+                Probe(
+                    str(path), host["stack"], host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed
+                )
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise MatrixError(f"{path} is not a probe record written by `python -m repro probe --out`: {exc}") from None
+    return probes
+
+
 def build_report(
     inputs: list[str],
     *,
@@ -108,17 +234,27 @@ def build_report(
     nox_report: dict | None = None,
     max_age_days: float | None = None,
     now: dt.datetime | None = None,
+    probes: str | None = None,
 ) -> Report:
     now = now or dt.datetime.now(dt.UTC)
     # Hundreds of thousands of small records and no reference cycles: the cyclic
     # collector would rescan them all again and again, making time grow faster than input.
+    rules = load_rules()
     gc.disable()
     try:
         read = read_inputs(inputs)
-        versions = build_cells(read, load_rules(), now, max_age_days, nox_records(nox_report or {}))
+        versions = build_cells(read, rules, now, max_age_days, nox_records(nox_report or {}))
     finally:
         gc.enable()
-    report = Report(now, kit_commit, read, versions, max_age_days)
+    report = Report(
+        now,
+        kit_commit,
+        read,
+        versions,
+        max_age_days,
+        probes=load_probes(probes),
+        changes=release_changes(versions, rules),
+    )
     if previous is not None:
         report.diff = compare(previous, versions)
     return report

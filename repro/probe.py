@@ -314,6 +314,16 @@ def _fact(ok: bool, message: str) -> None:
         raise AssertionError(message)
 
 
+def host_of(here) -> dict[str, str]:
+    """The probe record's description of a matrix.hostinfo.DetectedHost."""
+    return {
+        "stack": here.stack.value if here.stack else "none",
+        "host": here.host.value,
+        "gpu": here.gpu,
+        "kernel": ".".join(map(str, here.kernel or ())),
+    }
+
+
 def check_facts(section: str, m: dict) -> None:
     """What the mechanism does on a working CUDA platform (research: "Measured mechanism facts")."""
     if section == "bandwidth":
@@ -347,13 +357,15 @@ def check_facts(section: str, m: dict) -> None:
         )
 
 
-def metrics_document(results: dict[str, SectionResult]) -> dict:
+def metrics_document(results: dict[str, SectionResult], host: dict[str, str]) -> dict:
+    """The probe's record; ``host`` (stack, host, gpu, driver, kernel) lets the report cite it per cell."""
     import datetime as dt
 
     bandwidth = results.get("bandwidth")
     return {
         "schema": PROBE_SCHEMA,
         "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "host": host,
         "bandwidth_table": bandwidth.metrics.get("rows", []) if bandwidth else [],
         "sections": {
             name: {

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from matrix import hostinfo
 from matrix.cells import Host, Mode
 from matrix.failures import FailureKind
 from matrix.plan import Execution
@@ -139,7 +140,8 @@ def probe_results(request):
     out = request.config.getoption("--probe-out")
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(probe.metrics_document(results), indent=2) + "\n")
+        here = hostinfo.detect(hostinfo.collect_facts())
+        Path(out).write_text(json.dumps(probe.metrics_document(results, probe.host_of(here)), indent=2) + "\n")
     return results
 
 
