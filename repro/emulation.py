@@ -115,6 +115,22 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+def _triton_sees_a_gpu(stack: Stack) -> None:
+    """Triton is real; only its driver's question "is a GPU there?" is answered for the cell.
+
+    vLLM enables Triton, and with it the V2 model runner, only when exactly one of
+    Triton's GPU drivers is active, which needs a device.
+    """
+    try:
+        from triton.backends import backends
+    except ImportError:  # no Triton installed: vLLM decides as on a host without it
+        return
+    wanted = "nvidia" if stack is Stack.CUDA else "amd"
+    for name, backend in backends.items():
+        if backend.driver is not None and name in ("nvidia", "amd"):
+            backend.driver.is_active = staticmethod(lambda active=(name == wanted): active)
+
+
 def stub_gpu(stack: Stack) -> None:
     # vLLM's compiled extensions link against libcuda/libamdhip64: they cannot
     # load here. Their ops are never called by the gate code.
@@ -128,6 +144,7 @@ def stub_gpu(stack: Stack) -> None:
     else:
         sys.modules["amdsmi"] = None  # a real amdsmi would find no GPU, or fail to load
     sys.meta_path.insert(0, _StubFinder(stubs))
+    _triton_sees_a_gpu(stack)
     if stack is Stack.ROCM:
         import torch
 

@@ -1,0 +1,175 @@
+"""The release axis: changes between vLLM releases, evidence, contradicted rules, and the published matrix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ROOT, run_module
+from test_report import NOW, envelope, gate_case
+
+from matrix import render_html, render_md
+from matrix.cells import MatrixError
+from matrix.report import build_report
+
+PUBLISHED = ROOT / "docs" / "matrix" / "compat.json"
+HISTORY_VERSIONS = [
+    "0.23.0",
+    "0.24.0",
+    "0.25.0",
+    "0.26.0",
+    "0.27.0",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    "0.33.0",
+]
+
+
+def rocm_new_kernel(tmp_path, version: str, pin: str):
+    path = tmp_path / f"{version}.xml"
+    path.write_text(
+        f'<testsuite name="rocm-wsl2new-v1-graph">{envelope("rocm-wsl2new-v1-graph", vllm=version)}'
+        f"{gate_case('p', 'pin', '1', pin)}</testsuite>"
+    )
+    return path
+
+
+def test_a_change_between_releases_names_the_rule_that_explains_it(tmp_path):
+    report = build_report(
+        [str(rocm_new_kernel(tmp_path, "0.27.0", "False")), str(rocm_new_kernel(tmp_path, "0.28.0", "True"))],
+        kit_commit="t",
+        now=NOW,
+    )
+    assert list(report.versions) == ["0.28.0", "0.27.0"]  # newest first
+    (change,) = report.changes
+    assert (change.cell, change.vllm) == ("rocm-wsl2new-v1-graph", "0.28.0")
+    assert change.before == "pass: pin off" and change.after == "pass: pin on"
+    assert any(rule.startswith("rocm-new-kernel-pins: #50126") for rule in change.rules)
+    assert "since **0.28.0**" in render_md.render(report)
+    assert [c.vllm for c in report.timeline("rocm-wsl2new-v1-graph")] == ["0.27.0", "0.28.0"]
+
+
+def test_evidence_and_probes(tmp_path):
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    (probes / "h200.json").write_text(
+        json.dumps(
+            {
+                "schema": "wslpin-kit.probe/1",
+                "collected_at": "2026-11-20T10:00:00+00:00",
+                "host": {"stack": "rocm", "host": "wsl2new", "gpu": "Radeon RX 7900 XTX", "kernel": "6.6.87"},
+                "sections": {"pin_alloc": {"status": "ok"}, "uva_view": {"status": "failed"}},
+            }
+        )
+    )
+    report = build_report(
+        [str(rocm_new_kernel(tmp_path, "0.33.0", "True"))], kit_commit="t", now=NOW, probes=str(probes)
+    )
+    cell = report.cell(
+        "0.33.0", *__import__("matrix.cells").cells.Cell.parse("rocm-wsl2new-v1-graph").__dict__.values()
+    )
+    assert report.evidence(cell) == [
+        "gate-only: vLLM 0.33.0's own code decides (2026-11-29)",
+        "probe on Radeon RX 7900 XTX (2026-11-20): mechanism fails",
+    ]
+    (probes / "broken.json").write_text("{}")
+    with pytest.raises(MatrixError, match="not a probe record"):
+        build_report([str(tmp_path / "0.33.0.xml")], kit_commit="t", now=NOW, probes=str(probes))
+
+
+def test_contradicted_rules_are_named(tmp_path):
+    path = tmp_path / "a.xml"
+    path.write_text(
+        f'<testsuite name="x">{envelope("cuda-wsl2new-v1-eager")}{gate_case("p", "pin", "unset", "True")}</testsuite>'
+    )
+    report = build_report([str(path)], kit_commit="t", now=NOW)
+    (c,) = report.contradictions
+    assert (c.rule, c.key, c.expected, c.observed, c.status) == ("wsl-no-pin", "pin", "False", "True", "regression")
+    assert "rule <code>wsl-no-pin</code> expects pin=False" in render_html.render(report)
+
+
+def test_the_release_selector_shows_one_release_at_a_time(tmp_path):
+    from matrix import browser
+
+    try:
+        browser.chromium()
+    except browser.BrowserMissingError as exc:
+        pytest.skip(f"{exc} (.ci/run installs it)")
+    report = build_report(
+        [str(rocm_new_kernel(tmp_path, v, "True")) for v in ("0.28.0", "0.30.0")], kit_commit="t", now=NOW
+    )
+    page = tmp_path / "index.html"
+    page.write_text(render_html.render(report))
+    loaded = browser.load(page.as_uri() + "#release=0.28.0")
+    assert loaded.console == []
+    assert '<section class="release" data-release="0.30.0" hidden="">' in loaded.dom
+    assert '<section class="release" data-release="0.28.0">' in loaded.dom
+    assert loaded.dom.count('<td class="cell') == 48
+
+
+# --- the published matrix (docs/matrix/, written by `nox -s publish`) -----------------------------
+
+
+@pytest.fixture(scope="module")
+def published():
+    if not PUBLISHED.exists():
+        pytest.fail("docs/matrix/compat.json is missing: run `nox -s publish` and commit docs/matrix/")
+    return json.loads(PUBLISHED.read_text())
+
+
+def cell(published, vllm, cell_id):
+    version = next(v for v in published["versions"] if v["vllm"] == vllm)
+    return next(c for c in version["cells"] if c["id"] == cell_id)
+
+
+def observed(c, key, pin_env):
+    return next(
+        case["observed"]
+        for case in c["cases"]
+        if case["properties"].get("gate_key") == key and case["properties"].get("pin_env") == pin_env
+    )
+
+
+def test_the_published_matrix_has_every_release_and_cell_with_its_evidence(published):
+    assert [v["vllm"] for v in published["versions"]] == sorted(
+        HISTORY_VERSIONS, key=lambda v: tuple(map(int, v.split("."))), reverse=True
+    )
+    for version in published["versions"]:
+        assert len(version["cells"]) == 24
+        for c in version["cells"]:
+            assert c["status"] != "missing" and c["evidence"], (version["vllm"], c["id"])
+
+
+def test_facts_no_one_disputes(published):
+    # CUDA on a new WSL2 kernel: pinned memory only when asked, since 0.24.0 (#41496).
+    assert observed(cell(published, "0.33.0", "cuda-wsl2new-v2-graph"), "pin", "unset") == "False"
+    assert observed(cell(published, "0.33.0", "cuda-wsl2new-v2-graph"), "pin", "1") == "True"
+    assert observed(cell(published, "0.23.0", "cuda-wsl2new-v1-graph"), "pin", "1") == "False"
+    # ROCm on a new WSL2 kernel pins whatever the variable says (#50126, 0.28.0; #49861 open).
+    for pin_env in ("unset", "1"):
+        assert observed(cell(published, "0.33.0", "rocm-wsl2new-v1-eager"), "pin", pin_env) == "True"
+        assert observed(cell(published, "0.27.0", "rocm-wsl2new-v1-eager"), "pin", pin_env) == "False"
+    # V2 without pinned memory: NonUvaBuffer since 0.30.0 (#56908), a crash before.
+    assert observed(cell(published, "0.30.0", "cuda-wsl2old-v2-graph"), "v2_buffer", "unset") == "NonUvaBuffer"
+    assert (
+        observed(cell(published, "0.29.0", "cuda-wsl2old-v2-graph"), "v2_buffer", "unset")
+        == "crash: UVA is not available"
+    )
+    # 0.25.0: importing vLLM under WSL with the warning path raised a circular import (#48397).
+    assert observed(cell(published, "0.25.0", "cuda-wsl2old-v1-graph"), "imports", "unset") == "False"
+    assert observed(cell(published, "0.25.0", "cuda-wsl2new-v1-graph"), "imports", "unset") == "True"
+
+
+def test_the_published_matrix_agrees_with_the_rules(published):
+    assert published["contradictions"] == [], "a rule in matrix/expectations.toml disagrees with a release"
+
+
+def test_the_published_page_opens_offline(tmp_path):
+    done = run_module("matrix", "page", str(ROOT / "docs" / "matrix"), "--screenshot", str(tmp_path / "shot.png"))
+    if "no Chromium" in done.stderr:
+        pytest.skip("no Chromium here (.ci/run installs it)")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(HISTORY_VERSIONS)} grid(s), {24 * len(HISTORY_VERSIONS)} cell(s), 0 console message(s)" in done.stdout
