@@ -6,7 +6,8 @@ Two separate things, both applied before the first ``import vllm``:
   release included), so patching that one function makes every gate in vLLM
   see the cell's host. Used whenever the real host is not the cell's host.
 - ``stub_gpu``: on a machine without the cell's GPU, vLLM's platform modules
-  cannot load. Only what needs the GPU is replaced, each stub below says why;
+  cannot load. Only what needs the GPU is replaced, each stub below says why
+  (compiled extensions, NVML/amdsmi device discovery, Triton's driver check);
   vLLM's own platform detection and gate code run unchanged on top.
 """
 
