@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from matrix import hostinfo  # noqa: E402
 from matrix.cells import CELLS, select  # noqa: E402
 from matrix.plan import plan_cells  # noqa: E402
+from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 
 nox.needs_version = ">=2025.5.1"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -29,23 +30,6 @@ nox.options.reuse_venv = "yes"
 # Every session stays selected by default so that `nox -l --json`, which lists
 # only selected sessions, gives the workflows all 24 cells.
 
-# The vLLM release every session uses unless told otherwise: the one place it is set.
-VLLM_VERSION = "0.33.0"
-# What `nox -s history` runs by default: every minor release from the one before
-# VLLM_WSL2_ENABLE_PIN_MEMORY appeared (0.24.0, #41496) up to VLLM_VERSION.
-HISTORY_VERSIONS = (
-    "0.23.0",
-    "0.24.0",
-    "0.25.0",
-    "0.26.0",
-    "0.27.0",
-    "0.28.0",
-    "0.29.0",
-    "0.30.0",
-    "0.31.0",
-    "0.32.0",
-    VLLM_VERSION,
-)
 # vLLM's gate code needs torch, never a GPU: a CPU build is enough (see requirements/gate.txt).
 GATE_TORCH = "torch==2.13.0"
 RESULTS = ROOT / "results"

@@ -1,4 +1,4 @@
-"""The child process of one reproduction run: ``python -m repro.engine SPEC.json RESULT.json``.
+"""The child process of one reproduction run: ``python -m repro.engine SPEC_JSON RESULT.json``.
 
 It presents the cell's host (when emulated) before vLLM is imported, starts
 vLLM's engine in this process on the tiny model, generates greedily from fixed
@@ -109,8 +109,8 @@ def run(spec: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    spec_path, result_path = argv
-    result = run(json.loads(Path(spec_path).read_text()))
+    spec, result_path = argv
+    result = run(json.loads(spec))
     Path(result_path).write_text(json.dumps(result, indent=2, default=str))
     return 0
 

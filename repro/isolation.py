@@ -10,6 +10,7 @@ of the kit: both are results.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -125,6 +126,32 @@ class CommandOutcome:
     @property
     def timed_out(self) -> bool:
         return self.returncode is None
+
+
+@dataclass(frozen=True)
+class ChildAnswer:
+    """What a child that writes its answer as JSON left behind."""
+
+    answer: dict | None  # None: it wrote nothing (timed out, or died first)
+    run: CommandOutcome
+
+    @property
+    def no_answer(self) -> str:
+        """Why there is no answer, for a person."""
+        if self.run.timed_out:
+            return self.run.output
+        return f"exited {self.run.returncode} without a result\n{self.run.output}"
+
+
+def run_json_child(argv: Sequence[str], env: dict[str, str], timeout: float) -> ChildAnswer:
+    """Run ``argv + [RESULT.json]`` as a fresh process and read the JSON it wrote there."""
+    with tempfile.TemporaryDirectory(prefix="wslpin-child-") as tmp:
+        result = os.path.join(tmp, "result.json")
+        done = run_command([*argv, result], env, timeout)
+        if not os.path.exists(result):
+            return ChildAnswer(None, done)
+        with open(result) as f:
+            return ChildAnswer(json.load(f), done)
 
 
 def run_command(argv: Sequence[str], env: dict[str, str], timeout: float) -> CommandOutcome:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from matrix.cells import Cell
 from matrix.failures import FailureKind, classify
-from repro.isolation import run_command
+from repro.isolation import run_json_child
 
 DEFAULT_TIMEOUT = 600.0
 MINIMAL_FORM_ENV = {"VLLM_WEIGHT_OFFLOADING_DISABLE_UVA": "1", "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY": "1"}
@@ -94,40 +93,26 @@ class EngineResult:
 
 
 def run_engine(run: EngineRun, model: Path, timeout: float = DEFAULT_TIMEOUT) -> EngineResult:
-    with tempfile.TemporaryDirectory(prefix="wslpin-engine-") as tmp:
-        spec, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
-        spec.write_text(
-            json.dumps(
-                {
-                    "model": str(model),
-                    "host": run.cell.host.value,
-                    "mode": run.cell.mode.value,
-                    "offload": run.offload,
-                    "present_host": run.present_host,
-                }
-            )
+    spec = {
+        "model": str(model),
+        "host": run.cell.host.value,
+        "mode": run.cell.mode.value,
+        "offload": run.offload,
+        "present_host": run.present_host,
+    }
+    child = run_json_child(
+        [sys.executable, "-m", "repro.engine", json.dumps(spec)], env=run.env(dict(os.environ)), timeout=timeout
+    )
+    seconds = child.run.seconds
+    if child.answer is None:
+        return EngineResult(
+            run, "timeout" if child.run.timed_out else "failed", message=child.no_answer, seconds=seconds
         )
-        done = run_command(
-            [sys.executable, "-m", "repro.engine", str(spec), str(result_path)],
-            env=run.env(dict(os.environ)),
-            timeout=timeout,
-        )
-        if done.timed_out:
-            return EngineResult(run, "timeout", message=done.output, seconds=done.seconds)
-        if not result_path.exists():
-            return EngineResult(
-                run,
-                "failed",
-                message=f"engine process exited {done.returncode} without a result\n{done.output}",
-                seconds=done.seconds,
-            )
-        answer = json.loads(result_path.read_text())
+    answer = child.answer
     message = answer.get("error", "") or answer.get("offload_error", "")
     if message:
-        message += "\n--- process output (tail) ---\n" + done.output
-    return EngineResult(
-        run, answer["status"], answer.get("tokens", []), answer.get("offload", {}), message, done.seconds
-    )
+        message += "\n--- process output (tail) ---\n" + child.run.output
+    return EngineResult(run, answer["status"], answer.get("tokens", []), answer.get("offload", {}), message, seconds)
 
 
 def run_engines(runs: list[EngineRun], model: Path, timeout: float = DEFAULT_TIMEOUT, jobs: int = 4) -> dict:

@@ -14,14 +14,13 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from matrix.failures import classify
-from repro.isolation import run_command
+from repro.isolation import run_json_child
 
 MiB = 1 << 20
 SIZES = [4 << 10 << (2 * k) for k in range(10)]  # 4 KiB, 16 KiB, ... 1 GiB
@@ -273,20 +272,14 @@ class SectionResult:
 
 
 def run_section(name: str, timeout: float = DEFAULT_TIMEOUT) -> SectionResult:
-    with tempfile.TemporaryDirectory(prefix="wslpin-probe-") as tmp:
-        out = Path(tmp) / "result.json"
-        done = run_command([sys.executable, "-m", "repro.probe", name, str(out)], dict(os.environ), timeout)
-        if done.timed_out:
-            return SectionResult(name, "timeout", message=done.output, seconds=done.seconds)
-        if not out.exists():
-            return SectionResult(
-                name,
-                "failed",
-                message=f"exited {done.returncode} without a result\n{done.output}",
-                seconds=done.seconds,
-            )
-        answer = json.loads(out.read_text())
-    return SectionResult(name, answer["status"], answer.get("metrics", {}), answer.get("message", ""), done.seconds)
+    child = run_json_child([sys.executable, "-m", "repro.probe", name], dict(os.environ), timeout)
+    if child.answer is None:
+        status = "timeout" if child.run.timed_out else "failed"
+        return SectionResult(name, status, message=child.no_answer, seconds=child.run.seconds)
+    answer = child.answer
+    return SectionResult(
+        name, answer["status"], answer.get("metrics", {}), answer.get("message", ""), child.run.seconds
+    )
 
 
 def child(name: str, out: Path) -> int:

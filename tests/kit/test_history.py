@@ -10,22 +10,10 @@ from test_report import NOW, envelope, gate_case
 
 from matrix import render_html, render_md
 from matrix.cells import MatrixError
+from matrix.releases import HISTORY_VERSIONS
 from matrix.report import build_report
 
 PUBLISHED = ROOT / "docs" / "matrix" / "compat.json"
-HISTORY_VERSIONS = [
-    "0.23.0",
-    "0.24.0",
-    "0.25.0",
-    "0.26.0",
-    "0.27.0",
-    "0.28.0",
-    "0.29.0",
-    "0.30.0",
-    "0.31.0",
-    "0.32.0",
-    "0.33.0",
-]
 
 
 def rocm_new_kernel(tmp_path, version: str, pin: str):
