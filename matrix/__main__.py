@@ -14,6 +14,7 @@ from pathlib import Path
 from matrix import hostinfo
 from matrix.cells import MatrixError, select
 from matrix.plan import Execution, plan_cells
+from matrix.releases import VLLM_VERSION
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,10 +50,27 @@ def _detected():
     return hostinfo.detect(hostinfo.collect_facts())
 
 
+def _nox_listing(path: str) -> list[dict]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MatrixError(f"--nox-json {path!r} is not the JSON of `nox -l --json`: {exc}") from None
+
+
 def cmd_plan(args) -> int:
+    from matrix import pipeline
+
+    if args.format == "github":
+        cells = select(_cells_arg(args))
+        if args.nox_json:
+            listed = set(pipeline.cells_from_nox(_nox_listing(args.nox_json)))
+            cells = [cell for cell in cells if cell in listed]
+        print(pipeline.github_matrix(cells))
+        return 0
     here = _detected()
     plans = plan_cells(select(_cells_arg(args)), here, require_native=args.require == "native")
-    if args.json:
+    if args.format == "json":
         print(json.dumps([p.as_dict() for p in plans], indent=2))
     else:
         width = max(len(p.cell.id) for p in plans)
@@ -78,6 +96,13 @@ def kit_commit() -> str:
     if not commit:
         return "unknown"
     return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def cmd_pipeline(args) -> int:
+    from matrix import pipeline
+
+    print(pipeline.buildkite_pipeline(select(_cells_arg(args)), args.vllm))
+    return 0
 
 
 def cmd_split(args) -> int:
@@ -198,8 +223,20 @@ def build_parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="how this machine runs each cell: native, emulated, gate-only, misrouted")
     _add_cells(plan)
     plan.add_argument("--require", choices=["native"], help="fail (exit 3) for any cell this host is not")
-    plan.add_argument("--json", action="store_true")
+    plan.add_argument(
+        "--format",
+        choices=["text", "json", "github"],
+        default="text",
+        help="github: the job matrix (per runner kind) a workflow feeds to fromJson",
+    )
+    plan.add_argument("--nox-json", help="with --format github: `nox -l --json` output (a file, or - for stdin)")
     plan.set_defaults(func=cmd_plan)
+
+    pipe = sub.add_parser("pipeline", help="the cells as a CI pipeline for another system")
+    pipe.add_argument("--format", choices=["buildkite"], required=True)
+    _add_cells(pipe)
+    pipe.add_argument("--vllm", default=VLLM_VERSION, help="the vLLM release the steps install")
+    pipe.set_defaults(func=cmd_pipeline)
 
     split = sub.add_parser("split", help="split a cell session's pytest JUnit into results/<cell>.xml with envelopes")
     split.add_argument("raw", help="the JUnit file pytest wrote (xunit1 family)")

@@ -71,7 +71,9 @@ class Problem:
 @dataclass
 class Inputs:
     files: list[str] = field(default_factory=list)
-    groups: dict[tuple[str, str], CellGroup] = field(default_factory=dict)  # (vLLM release, cell id)
+    # (vLLM release, cell id, execution): a native run and a gate-only prediction of
+    # the same cell are different evidence and never merged into one case.
+    groups: dict[tuple[str, str, str], CellGroup] = field(default_factory=dict)
     unattributed: list[Problem] = field(default_factory=list)
     unreadable: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
@@ -170,7 +172,8 @@ def _read_suite(path: str, elem, envelope: dict[str, str], into: Inputs) -> None
     except MatrixError as exc:
         into.unattributed.append(Problem(path, f"suite {suite_name!r}: cell_id is not a cell: {exc}", len(children)))
         return
-    group = into.groups.setdefault((envelope.get("vllm_version") or "unknown", cell_id), CellGroup())
+    key = (envelope.get("vllm_version") or "unknown", cell_id, envelope.get("execution", ""))
+    group = into.groups.setdefault(key, CellGroup())
     group.envelopes.append(envelope)
     for index, child in enumerate(children):
         name = child.get("name")

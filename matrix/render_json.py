@@ -29,21 +29,23 @@ def _cell(report: Report, c: CellReport) -> dict:
         "age_days": c.age_days,
         "counts": c.counts,
         "provenance": c.envelope,
-        "cases": [
-            {
-                "classname": case.classname,
-                "name": case.name,
-                "status": case.status.value,
-                "expected": case.expected,
-                "observed": case.properties.get("observed"),
-                "rule": case.rule,
-                "issue": case.issue,
-                "message": case.message,
-                "attempts": [asdict(a) for a in case.attempts],
-                "properties": case.properties,
-            }
-            for case in c.cases
-        ],
+        "superseded": [{"execution": e, "cases": [_case(case) for case in cases]} for e, cases in c.superseded.items()],
+        "cases": [_case(case) for case in c.cases],
+    }
+
+
+def _case(case) -> dict:
+    return {
+        "classname": case.classname,
+        "name": case.name,
+        "status": case.status.value,
+        "expected": case.expected,
+        "observed": case.properties.get("observed"),
+        "rule": case.rule,
+        "issue": case.issue,
+        "message": case.message,
+        "attempts": [asdict(a) for a in case.attempts],
+        "properties": case.properties,
     }
 
 

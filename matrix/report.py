@@ -103,6 +103,12 @@ class Report:
             found.append(f"emulated on {env.get('gpu', '?')} ({date})")
         elif execution == "native":
             found.append(f"native run on {env.get('gpu', '?')}, runner {env.get('runner_name', '?')} ({date})")
+        for execution, cases in cell.superseded.items():
+            counts: dict[str, int] = {}
+            for case in cases:
+                counts[case.status.value] = counts.get(case.status.value, 0) + 1
+            shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+            found.append(f"also a {execution} result, not used for the status ({shown})")
         for probe in self.probes:
             if (probe.stack, probe.host) == (cell.cell.stack.value, cell.cell.host.value):
                 outcome = "mechanism works" if probe.passed else "mechanism fails"

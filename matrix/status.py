@@ -87,6 +87,9 @@ class CellReport:
     cases: list[CaseRecord] = field(default_factory=list)
     age_days: float | None = None
     underlying: Status | None = None  # what a stale cell showed
+    # Weaker evidence for the same cell (e.g. the hosted gate prediction beside a
+    # native run): judged and kept, but the cell's status rests on the strongest.
+    superseded: dict[str, list[CaseRecord]] = field(default_factory=dict)
 
     @property
     def command(self) -> str:
@@ -221,12 +224,27 @@ def build_cells(
     """vLLM version -> the 24 cells' reports, every case of every attributed suite accounted for."""
     nox = nox or {}
     # The groups are handed over, not kept twice: each is released once judged.
-    groups, inputs.groups = inputs.groups, {}
-    versions = sorted({v for v, _ in groups}, key=_version_key, reverse=True) or [default_vllm]
-    return {
-        v: [_cell_report(cell, v, groups.pop((v, cell.id), None), rules, now, max_age_days, nox) for cell in CELLS]
-        for v in versions
-    }
+    by_cell: dict[tuple[str, str], dict[str, CellGroup]] = {}
+    for (version, cell_id, execution), group in inputs.groups.items():
+        by_cell.setdefault((version, cell_id), {})[execution] = group
+    inputs.groups = {}
+    versions = sorted({v for v, _ in by_cell}, key=_version_key, reverse=True) or [default_vllm]
+    reports = {}
+    for v in versions:
+        reports[v] = []
+        for cell in CELLS:
+            found = by_cell.pop((v, cell.id), {})
+            ranked = sorted(found, key=lambda e: EVIDENCE_STRENGTH.get(e, len(EVIDENCE_STRENGTH)))
+            report = _cell_report(cell, v, found.pop(ranked[0]) if ranked else None, rules, now, max_age_days, nox)
+            for execution in ranked[1:]:
+                group = found[execution]
+                report.superseded[execution] = [judge_case(c, rules, cell, v) for c in group.cases.values()]
+            reports[v].append(report)
+    return reports
+
+
+# Which evidence a cell's status rests on when several kinds exist.
+EVIDENCE_STRENGTH = {"native": 0, "emulated": 1, "gate-only": 2}
 
 
 def _version_key(version: str):

@@ -42,7 +42,7 @@ def test_a_runner_claiming_a_cell_it_is_not_is_misrouted():
 
 
 def test_plan_command_lists_every_cell(cli):
-    done = cli("plan", "--json")
+    done = cli("plan", "--format", "json")
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [r["cell"] for r in rows] == [c.id for c in select(None)]

@@ -161,6 +161,13 @@ def test_no_case_is_lost_or_invented(tmp_path_factory, cases):
         (tmp / "none.xml").write_text("<testsuites/>")
     document = render_json.to_document(report_of(tmp))
     accounted = sum(len(case["attempts"]) for v in document["versions"] for c in v["cells"] for case in c["cases"])
+    accounted += sum(
+        len(case["attempts"])
+        for v in document["versions"]
+        for c in v["cells"]
+        for s in c["superseded"]
+        for case in s["cases"]
+    )
     accounted += sum(p["testcases"] for p in document["inputs"]["unattributed"])
     assert accounted == len(cases) == document["inputs"]["testcases_read"]
 
@@ -224,6 +231,18 @@ def test_missing_crashed_stale_and_misrouted(tmp_path):
     assert cells["rocm-linux-v2-eager"].status is Status.CRASHED
     assert "uv pip install failed" in cells["rocm-linux-v2-eager"].reason
     assert cells["rocm-wsl2new-v2-graph"].status is Status.MISSING
+
+
+def test_a_native_run_outranks_the_gate_prediction_and_both_are_kept(tmp_path):
+    gate = write_suite(tmp_path / "gate.xml", "cuda-wsl2new-v1-graph", [gate_case("p", "pin", "1", "True")])
+    native = tmp_path / "native.xml"
+    native.write_text(
+        gate.read_text().replace('value="gate-only"', 'value="native"').replace('value="True"', 'value="False"')
+    )
+    cell = by_id(report_of(gate, native))["cuda-wsl2new-v1-graph"]
+    assert cell.envelope["execution"] == "native"
+    assert cell.status is Status.REGRESSION  # the real host did not pin with the opt-in set
+    assert [c.status for c in cell.superseded["gate-only"]] == [Status.PASS]
 
 
 def test_real_cell_results_pass(tmp_path):

@@ -1,0 +1,103 @@
+"""The cells as CI jobs: a GitHub Actions matrix and a Buildkite pipeline, from the noxfile's own list.
+
+One job per runner kind (stack x host), running that host's cells one after the
+other: a self-hosted GPU runner takes one job at a time anyway, and GitHub keeps
+at most one pending job per concurrency group (it cancels the rest), so a
+group per physical host must never hold more than two jobs. A Windows host
+serves both WSL2 kernels (one at a time), so its old- and new-kernel jobs
+share one group.
+"""
+
+from __future__ import annotations
+
+import json
+
+from matrix.cells import Cell, Host, MatrixError
+
+RUNNER_LABEL = "self-hosted"
+
+
+def cells_from_nox(listing: list[dict]) -> list[Cell]:
+    """The cells ``nox -l --json`` lists: the noxfile is the one source of truth."""
+    cells = []
+    for session in listing:
+        spec = session.get("call_spec") or {}
+        if session.get("name") == "cell" and spec:
+            cells.append(Cell.parse("-".join(spec[axis] for axis in ("stack", "host", "runner", "mode"))))
+    if not cells:
+        raise MatrixError("the nox listing has no cell(...) sessions: pass the output of `nox -l --json`")
+    return cells
+
+
+def _physical(host: Host) -> str:
+    return "wsl2" if host.is_wsl else "linux"
+
+
+def host_jobs(cells: list[Cell]) -> list[dict]:
+    """One entry per runner kind with the cells it runs, in matrix order."""
+    jobs: dict[tuple, dict] = {}
+    for cell in cells:
+        key = (cell.stack, cell.host)
+        job = jobs.setdefault(
+            key,
+            {
+                "name": f"{cell.stack}-{cell.host}",
+                "stack": cell.stack.value,
+                "host": cell.host.value,
+                "runs_on": [RUNNER_LABEL, cell.stack.value, cell.host.label],
+                "concurrency": f"wslpin-gpu-{cell.stack}-{_physical(cell.host)}",
+                "cells": [],
+                "sessions": [],
+            },
+        )
+        job["cells"].append(cell.id)
+        job["sessions"].append(cell.session)
+    for job in jobs.values():
+        job["pattern"] = ",".join(job["cells"])
+    return list(jobs.values())
+
+
+def github_matrix(cells: list[Cell]) -> str:
+    """The JSON the workflow's plan job hands to ``fromJson`` for ``strategy.matrix``."""
+    return json.dumps({"include": host_jobs(cells)}, separators=(",", ":"))
+
+
+def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:
+    """The same jobs as Buildkite steps (agents chosen by the same labels), then a report step.
+
+    JSON is YAML, and ``buildkite-agent pipeline upload`` reads either.
+    """
+    steps = []
+    for job in host_jobs(cells):
+        sessions = " ".join(f"'{s}'" for s in job["sessions"])
+        steps.append(
+            {
+                "label": f":test_tube: {job['name']}",
+                "key": f"cells-{job['name']}",
+                "agents": {"queue": "gpu", "stack": job["stack"], "host": job["runs_on"][2]},
+                "concurrency": 1,
+                "concurrency_group": job["concurrency"],
+                "timeout_in_minutes": 120,
+                "commands": [
+                    f"python -m matrix plan --cells {job['pattern']} --require native",
+                    f"nox --report nox-{job['name']}.json -s {sessions} -- --vllm {vllm}",
+                ],
+                "artifact_paths": ["results/*.xml", "results/*.json", f"nox-{job['name']}.json"],
+            }
+        )
+    steps.append({"wait": None, "continue_on_failure": True})  # the report runs even when cells failed
+    steps.append(
+        {
+            "label": ":bar_chart: report",
+            "key": "report",
+            "timeout_in_minutes": 20,
+            "commands": [
+                "buildkite-agent artifact download 'results/*' .",
+                "buildkite-agent artifact download 'nox-*.json' . || true",
+                "python -m matrix report results/ --out report/",
+                "buildkite-agent annotate --style info < report/COMPATIBILITY.md",
+            ],
+            "artifact_paths": ["report/*"],
+        }
+    )
+    return json.dumps({"steps": steps}, indent=2)

@@ -1,0 +1,124 @@
+"""Invariants of the GitHub workflows that keep self-hosted GPU runners safe and the matrix whole."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import ROOT, run_module
+
+from matrix.cells import CELLS
+
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+
+
+def load(path):
+    data = yaml.safe_load(path.read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as true
+    return data
+
+
+@pytest.fixture(scope="module")
+def matrix_workflow():
+    return load(ROOT / ".github" / "workflows" / "matrix.yml")
+
+
+def self_hosted(job) -> bool:
+    runs_on = job.get("runs-on", "")
+    return "self-hosted" in str(runs_on) or "matrix.runs_on" in str(runs_on)
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_least_privilege_and_no_pull_request_target(path):
+    workflow = load(path)
+    assert workflow["permissions"] == {}, "permissions: {} at the top, granted per job"
+    assert "pull_request_target" not in workflow["on"]
+    for name, job in workflow["jobs"].items():
+        assert "timeout-minutes" in job, f"{path.name}: job {name} has no timeout"
+        assert "permissions" in job, f"{path.name}: job {name} does not state its permissions"
+        if self_hosted(job):
+            assert "pull_request" not in workflow["on"], f"{path.name}: self-hosted job {name} reachable from a PR"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_pinned_by_commit_with_its_version(path):
+    uses = re.findall(r"uses:\s*(\S+)(.*)", path.read_text())
+    assert uses
+    for action, comment in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", action), action
+        assert re.match(r"\s*#\s*v\d", comment), f"{action} has no version comment"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_untrusted_input_never_reaches_a_script(path):
+    for job in load(path)["jobs"].values():
+        for step in job.get("steps", []):
+            script = step.get("run", "")
+            assert not re.search(r"\$\{\{\s*(inputs|github\.event|github\.head_ref|matrix)", script), script
+
+
+def test_the_plan_jobs_cover_the_noxfiles_cells_once():
+    listing = subprocess.run(
+        [sys.executable, "-m", "nox", "-l", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    plan = subprocess.run(
+        [sys.executable, "-m", "matrix", "plan", "--format", "github", "--nox-json", "-"],
+        cwd=ROOT,
+        input=listing,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    jobs = json.loads(plan.stdout)["include"]
+    planned = [cell for job in jobs for cell in job["cells"]]
+    assert sorted(planned) == sorted(c.id for c in CELLS) and len(planned) == len(set(planned))
+    names = [job["name"] for job in jobs]
+    assert len(names) == len(set(names)), "artifact names (junit-<name>) must be unique"
+    for job in jobs:
+        assert job["runs_on"][0] == "self-hosted" and len(job["runs_on"]) == 3
+    # A Windows host serves both WSL2 kernels: their jobs share its group, and no group holds more
+    # than two jobs (GitHub cancels all but one pending job per group).
+    groups = [job["concurrency"] for job in jobs]
+    assert max(groups.count(g) for g in groups) <= 2
+
+
+def test_a_dispatch_pattern_narrows_the_plan():
+    plan = run_module("matrix", "plan", "--format", "github", "--cells", "cuda-wsl2*-*-graph")
+    jobs = json.loads(plan.stdout)["include"]
+    assert [(j["name"], j["cells"]) for j in jobs] == [
+        ("cuda-wsl2old", ["cuda-wsl2old-v1-graph", "cuda-wsl2old-v2-graph"]),
+        ("cuda-wsl2new", ["cuda-wsl2new-v1-graph", "cuda-wsl2new-v2-graph"]),
+    ]
+
+
+def test_cell_jobs_check_their_host_and_always_upload(matrix_workflow):
+    cell = matrix_workflow["jobs"]["cell"]
+    assert cell["strategy"]["fail-fast"] is False
+    scripts = [step.get("run", "") for step in cell["steps"]]
+    assert any("--require native" in s for s in scripts), "a misrouted runner must fail before running cells"
+    upload = next(s for s in cell["steps"] if "upload-artifact" in s.get("uses", ""))
+    assert upload["if"] == "${{ !cancelled() }}" and upload["with"]["name"] == "junit-${{ matrix.name }}"
+
+
+def test_the_report_runs_even_when_cells_failed(matrix_workflow):
+    report = matrix_workflow["jobs"]["report"]
+    assert {"cell", "gate"} <= set(report["needs"])
+    assert report["if"] == "${{ !cancelled() }}"
+    deploy = matrix_workflow["jobs"]["deploy"]
+    assert "refs/heads/main" in deploy["if"] and deploy["permissions"] == {"pages": "write", "id-token": "write"}
+
+
+def test_buildkite_pipeline_has_the_same_jobs_and_a_report_that_always_runs():
+    done = run_module("matrix", "pipeline", "--format", "buildkite")
+    steps = json.loads(done.stdout)["steps"]
+    cells = [s for s in steps if s.get("key", "").startswith("cells-")]
+    assert [s["key"] for s in cells] == [
+        f"cells-{j}"
+        for j in ("cuda-linux", "cuda-wsl2old", "cuda-wsl2new", "rocm-linux", "rocm-wsl2old", "rocm-wsl2new")
+    ]
+    assert all("--require native" in s["commands"][0] for s in cells)
+    assert {"wait": None, "continue_on_failure": True} in steps and steps[-1]["key"] == "report"
