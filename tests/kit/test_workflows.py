@@ -100,6 +100,7 @@ def test_cell_jobs_check_their_host_and_always_upload(matrix_workflow):
     assert cell["strategy"]["fail-fast"] is False
     scripts = [step.get("run", "") for step in cell["steps"]]
     assert any("--require native" in s for s in scripts), "a misrouted runner must fail before running cells"
+    assert any('-s "${sessions[@]}"' in s for s in scripts), "all sessions after one -s (nox keeps only the last -s)"
     upload = next(s for s in cell["steps"] if "upload-artifact" in s.get("uses", ""))
     assert upload["if"] == "${{ !cancelled() }}" and upload["with"]["name"] == "junit-${{ matrix.name }}"
 
