@@ -12,7 +12,7 @@ from pathlib import Path
 from matrix.cells import Host, MatrixError, Mode, Runner, Stack
 from matrix.expectations import Rule, load_rules
 from matrix.reading import Inputs, read_inputs
-from matrix.status import CellReport, Status, build_cells, nox_records
+from matrix.status import CellReport, Status, build_cells, nox_records, status_counts
 
 REPORT_SCHEMA = "wslpin-kit.compat/1"
 
@@ -104,10 +104,7 @@ class Report:
         elif execution == "native":
             found.append(f"native run on {env.get('gpu', '?')}, runner {env.get('runner_name', '?')} ({date})")
         for execution, cases in cell.superseded.items():
-            counts: dict[str, int] = {}
-            for case in cases:
-                counts[case.status.value] = counts.get(case.status.value, 0) + 1
-            shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+            shown = ", ".join(f"{n} {status}" for status, n in sorted(status_counts(cases).items()))
             found.append(f"also a {execution} result, not used for the status ({shown})")
         for probe in self.probes:
             if (probe.stack, probe.host) == (cell.cell.stack.value, cell.cell.host.value):

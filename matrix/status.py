@@ -101,10 +101,7 @@ class CellReport:
 
     @property
     def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for case in self.cases:
-            counts[case.status.value] = counts.get(case.status.value, 0) + 1
-        return counts
+        return status_counts(self.cases)
 
     def observed(self, key: str, pin_env: str) -> str | None:
         for case in self.cases:
@@ -132,6 +129,13 @@ class CellReport:
             text = values[0] if len(set(values)) == 1 else "→".join(values)
             parts.append(f"{label} {text}".strip())
         return " · ".join(parts)
+
+
+def status_counts(cases: list[CaseRecord]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for case in cases:
+        counts[case.status.value] = counts.get(case.status.value, 0) + 1
+    return counts
 
 
 def shown(value: str) -> str:
