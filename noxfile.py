@@ -36,15 +36,21 @@ RESULTS = ROOT / "results"
 REPORT = ROOT / "build" / "report"
 
 
+def _release(session: nox.Session, text: str, option: str) -> str:
+    """``text`` as a vLLM release number, or one line that says what to give instead."""
+    try:
+        Version(text)
+    except InvalidVersion:
+        session.error(f"{option} {text!r} is not a version number; give a vLLM release such as {VLLM_VERSION}")
+    return text
+
+
 def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog=f"nox -s '{session.name}' --", add_help=False)
     parser.add_argument("--vllm", default=VLLM_VERSION)
     parser.add_argument("--cells", help="narrow the session's cells: ids or globs")
     args, rest = parser.parse_known_args(session.posargs)
-    try:
-        Version(args.vllm)
-    except InvalidVersion:
-        session.error(f"--vllm {args.vllm!r} is not a version number; give a vLLM release such as {VLLM_VERSION}")
+    _release(session, args.vllm, "--vllm")
     return args, rest
 
 
@@ -203,12 +209,7 @@ def history(session: nox.Session) -> None:
     parser = argparse.ArgumentParser(prog="nox -s history --")
     parser.add_argument("--versions", default=",".join(HISTORY_VERSIONS), help="comma-separated vLLM releases")
     args = parser.parse_args(session.posargs)
-    versions = [v.strip() for v in args.versions.split(",") if v.strip()]
-    for version in versions:
-        try:
-            Version(version)
-        except InvalidVersion:
-            session.error(f"--versions: {version!r} is not a version number, e.g. {VLLM_VERSION}")
+    versions = [_release(session, v.strip(), "--versions:") for v in args.versions.split(",") if v.strip()]
     tmp = Path(session.create_tmp())
     timings = []
     for version in versions:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from matrix import hostinfo
-from matrix.cells import MatrixError, select
+from matrix.cells import MatrixError, run_command_line, select
 from matrix.plan import Execution, plan_cells
 from matrix.releases import VLLM_VERSION
 
@@ -271,12 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except MatrixError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_command_line(build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,22 @@ from __future__ import annotations
 import enum
 import fnmatch
 import itertools
+import sys
 from dataclasses import dataclass
 
 
 class MatrixError(ValueError):
     """Bad input from a person: the message is one line that says what to do."""
+
+
+def run_command_line(parser, argv: list[str] | None) -> int:
+    """Parse, run the chosen command; a MatrixError is one line on stderr and exit 2, never a traceback."""
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except MatrixError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 class Axis(enum.Enum):

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from matrix import hostinfo
-from matrix.cells import Cell, MatrixError, select
+from matrix.cells import Cell, MatrixError, run_command_line, select
 from matrix.expectations import PIN_ENVS
 from matrix.plan import Execution, plan_cells
 from repro import gate, offload, probe
@@ -128,12 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("tiny-model", help="build (or find) the tiny local Llama and print its directory")
     t.add_argument("--cache", default=str(BUILD))
     t.set_defaults(func=cmd_tiny_model)
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except MatrixError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_command_line(parser, argv)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_module(module: str, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_module(
+    module: str, *args: str, env: dict | None = None, timeout: float = 600, stdin: str | None = None
+) -> subprocess.CompletedProcess:
     """Run ``python -m module args`` from the kit's root, as a person would."""
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
+        input=stdin,
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
@@ -26,3 +29,11 @@ def run_module(module: str, *args: str, env: dict | None = None, timeout: float 
 @pytest.fixture
 def cli():
     return lambda *args, **kw: run_module("matrix", *args, **kw)
+
+
+@pytest.fixture(scope="session")
+def nox_listing() -> str:
+    """``nox -l --json``: the noxfile's own account of its sessions."""
+    done = run_module("nox", "-l", "--json")
+    assert done.returncode == 0, done.stderr
+    return done.stdout

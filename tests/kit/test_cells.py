@@ -1,9 +1,7 @@
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import run_module
 
 from matrix.cells import CELLS, Cell, Host, MatrixError, Mode, Runner, Stack, select
 
@@ -62,11 +60,8 @@ def test_bad_patterns_are_errors(pattern):
         select(pattern)
 
 
-def test_nox_lists_every_cell_with_its_tags():
-    listing = subprocess.run(
-        [sys.executable, "-m", "nox", "-l", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    sessions = {s["session"]: s for s in json.loads(listing.stdout)}
+def test_nox_lists_every_cell_with_its_tags(nox_listing):
+    sessions = {s["session"]: s for s in json.loads(nox_listing)}
     for cell in CELLS:
         entry = sessions[cell.session]
         assert set(entry["tags"]) == {"cell", *(str(v) for v in (cell.stack, cell.host, cell.runner, cell.mode))}
@@ -75,12 +70,6 @@ def test_nox_lists_every_cell_with_its_tags():
 
 
 def test_nox_refuses_a_bad_vllm_version_in_one_line():
-    done = subprocess.run(
-        [sys.executable, "-m", "nox", "-s", "gate", "--", "--vllm", "banana"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_module("nox", "-s", "gate", "--", "--vllm", "banana")
     assert done.returncode != 0
     assert "--vllm 'banana' is not a version number" in done.stderr and "Traceback" not in done.stderr

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -61,18 +59,9 @@ def test_untrusted_input_never_reaches_a_script(path):
             assert not re.search(r"\$\{\{\s*(inputs|github\.event|github\.head_ref|matrix)", script), script
 
 
-def test_the_plan_jobs_cover_the_noxfiles_cells_once():
-    listing = subprocess.run(
-        [sys.executable, "-m", "nox", "-l", "--json"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
-    plan = subprocess.run(
-        [sys.executable, "-m", "matrix", "plan", "--format", "github", "--nox-json", "-"],
-        cwd=ROOT,
-        input=listing,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+def test_the_plan_jobs_cover_the_noxfiles_cells_once(nox_listing):
+    plan = run_module("matrix", "plan", "--format", "github", "--nox-json", "-", stdin=nox_listing)
+    assert plan.returncode == 0, plan.stderr
     jobs = json.loads(plan.stdout)["include"]
     planned = [cell for job in jobs for cell in job["cells"]]
     assert sorted(planned) == sorted(c.id for c in CELLS) and len(planned) == len(set(planned))
