@@ -10,7 +10,6 @@ from pathlib import Path
 
 from matrix import hostinfo
 from matrix.cells import Cell, MatrixError, run_command_line, select
-from matrix.expectations import PIN_ENVS
 from matrix.plan import Execution, plan_cells
 from repro import gate, offload, probe
 from repro.tinymodel import tiny_model
@@ -22,7 +21,7 @@ SHOWN = ("imports", "platform_pin", "pin", "uva", "warning", "v2_buffer", "offlo
 
 def cmd_gate(args) -> int:
     plans = plan_cells(select(args.cells), hostinfo.detect(hostinfo.collect_facts()))
-    requests = sorted({gate.GateRequest.for_cell(p.cell, pin, p.execution) for p in plans for pin in PIN_ENVS})
+    requests = gate.requests_for(plans)
     started = time.perf_counter()
     outcomes = gate.evaluate(requests, timeout=args.timeout, jobs=args.jobs)
     wall = time.perf_counter() - started

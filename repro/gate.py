@@ -17,7 +17,8 @@ import traceback
 from dataclasses import dataclass
 
 from matrix.cells import Cell, Host, Runner, Stack
-from matrix.plan import Execution
+from matrix.expectations import PIN_ENVS
+from matrix.plan import CellPlan, Execution
 from repro import emulation
 from repro.isolation import Outcome, run_isolated
 
@@ -194,6 +195,11 @@ def preload() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+
+
+def requests_for(plans: list[CellPlan]) -> list[GateRequest]:
+    """The distinct host evaluations the planned cells need, for both ``pin_env`` values."""
+    return sorted({GateRequest.for_cell(p.cell, pin_env, p.execution) for p in plans for pin_env in PIN_ENVS})
 
 
 def evaluate(

@@ -69,12 +69,7 @@ def rules():
 @pytest.fixture(scope="session")
 def gate_outcomes(request, plans):
     """vLLM's answers for every (stack, host, pin_env) the selected cells need, computed once."""
-    requests = [
-        gate.GateRequest.for_cell(cell, pin_env, plan.execution)
-        for cell, plan in plans.items()
-        for pin_env in ("unset", "1")
-    ]
-    return gate.evaluate(requests, timeout=request.config.getoption("--gate-timeout"))
+    return gate.evaluate(gate.requests_for(list(plans.values())), timeout=request.config.getoption("--gate-timeout"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
