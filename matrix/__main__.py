@@ -7,7 +7,6 @@ import datetime as dt
 import json
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,8 +14,6 @@ from matrix import hostinfo
 from matrix.cells import MatrixError, run_command_line, select
 from matrix.plan import Execution, plan_cells
 from matrix.releases import VLLM_VERSION
-
-KIT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cells_arg(args) -> str | None:
@@ -87,17 +84,6 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def kit_commit() -> str:
-    def git(*argv: str) -> str:
-        done = subprocess.run(["git", "-C", str(KIT_ROOT), *argv], capture_output=True, text=True, check=False)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short=12", "HEAD")
-    if not commit:
-        return "unknown"
-    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 def cmd_pipeline(args) -> int:
     from matrix import pipeline
 
@@ -117,7 +103,7 @@ def cmd_split(args) -> int:
     plans = plan_cells(select(_cells_arg(args)), hostinfo.detected_from_record(record))
     run = RunInfo(
         env=record,
-        kit_commit=kit_commit(),
+        kit_commit=hostinfo.kit_commit(),
         runner_name=os.environ.get("RUNNER_NAME") or platform.node(),
         started_at=args.started_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
@@ -160,7 +146,7 @@ def cmd_report(args) -> int:
     try:
         report = build_report(
             args.inputs,
-            kit_commit=kit_commit(),
+            kit_commit=hostinfo.kit_commit(),
             previous=load(args.previous, "--previous"),
             nox_report=load(args.nox_report, "--nox-report"),
             max_age_days=args.max_age_days,

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
+from pathlib import Path
 
 from matrix.cells import WSL2_PIN_KERNEL, Host, Stack
 
@@ -344,3 +345,17 @@ def collect_environment() -> dict:
     if detect(facts).stack is not None and facts.torch is not None:
         pinned = check_pinned_allocation()
     return environment_record(facts, pinned)
+
+
+def kit_commit() -> str:
+    """The kit's git commit (short), marked +dirty when tracked files changed; results name it."""
+
+    def git(*argv: str) -> str:
+        root = Path(__file__).resolve().parent.parent
+        done = subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short=12", "HEAD")
+    if not commit:
+        return "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")

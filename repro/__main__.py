@@ -100,6 +100,64 @@ def cmd_probe(args) -> int:
     return 0 if all(r.status in ("ok", "skipped") for r in results.values()) else 1
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise MatrixError(f"--concurrency {text!r}: give positive whole numbers separated by commas, e.g. 1,4,16,64")
+    return values
+
+
+def cmd_bench(args) -> int:
+    from repro.bench import markdown, plots, record
+    from repro.bench.run import Arm, BenchConfig, run_bench
+
+    here = hostinfo.detect(hostinfo.collect_facts())
+    (plan,) = plan_cells([Cell.parse(args.cell)], here)
+    if args.server == "vllm" and not plan.execution.uses_gpu:
+        raise MatrixError(
+            f"{plan.cell} cannot serve vLLM here: {plan.execution} ({plan.reason}); "
+            "run it on the cell's GPU, or add --server fake to exercise the benchmark against the kit's test server"
+        )
+    model = args.model or (str(tiny_model(Path(args.cache))) if args.server == "vllm" else "wslpin-tiny")
+    config_json = Path(model) / "config.json"
+    vocab = json.loads(config_json.read_text())["vocab_size"] if config_json.is_file() else 512
+    out = Path(args.out or BUILD.parent / "results" / "bench" / plan.cell.id)
+    config = BenchConfig(
+        plan=plan,
+        model=model,
+        arms=Arm.parse_all(args.arms),
+        out=out,
+        server=args.server,
+        rounds=args.rounds,
+        concurrency=_ints(args.concurrency),
+        requests=args.requests,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        max_model_len=args.max_model_len,
+        kv_cache_bytes=args.kv_cache_bytes,
+        cpu_offload_gb=args.cpu_offload_gb,
+        vocab=vocab,
+        seed=args.seed,
+        port=args.port,
+        start_timeout=args.start_timeout,
+        request_timeout=args.request_timeout,
+        profile=not args.no_profile,
+    )
+    run = run_bench(config, say=lambda line: print(line, flush=True))
+    doc = record.document(run, here, hostinfo.kit_commit())
+    record.write(doc, out / "bench.json")
+    (out / "bench.md").write_text(markdown.render(doc))
+    written = [out / "bench.json", out / "bench.md"]
+    if doc["levels"]:
+        written += plots.itl_ecdf(run, out) + plots.differences(doc, out)
+    print(doc["headline"].get("verdict", "no comparison: no level completed"))
+    print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0 if doc["outcome"] == "ok" else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m repro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +181,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the metrics JSON here")
     p.add_argument("--timeout", type=float, default=probe.DEFAULT_TIMEOUT, help="seconds per section")
     p.set_defaults(func=cmd_probe)
+
+    b = sub.add_parser("bench", help="A/B benchmark of two arms (pin=unset vs pin=1) through `vllm serve`, with CIs")
+    b.add_argument("--cell", required=True, help="e.g. cuda-wsl2new-v2-graph: sets runner, graph mode, host")
+    b.add_argument("--model", help="model directory (default: the tiny local Llama; a name for --server fake)")
+    b.add_argument("--arms", default="pin=unset,pin=1", help="two arms: VLLM_WSL2_ENABLE_PIN_MEMORY unset|0|1")
+    b.add_argument("--server", choices=["vllm", "fake"], default="vllm", help="fake: the kit's test server, no GPU")
+    b.add_argument("--rounds", type=int, default=4, help="rounds, each running both arms in turn")
+    b.add_argument("--concurrency", default="1,4,16,64", help="levels of requests in flight")
+    b.add_argument("--requests", type=int, default=64, help="requests per arm, round and level")
+    b.add_argument("--input-len", type=int, default=128, help="prompt tokens")
+    b.add_argument("--output-len", type=int, default=128, help="generated tokens (EOS ignored)")
+    b.add_argument("--max-model-len", type=int, default=1024)
+    b.add_argument("--kv-cache-bytes", type=int, default=1 << 30, help="the same KV-cache capacity for every arm")
+    b.add_argument("--cpu-offload-gb", type=float, default=0, help="weights offloaded to the CPU (vLLM)")
+    b.add_argument("--seed", type=int, default=0, help="prompts come from (seed, round, level): the same for both arms")
+    b.add_argument("--port", type=int, help="loopback port for the servers (default: a free one per start)")
+    b.add_argument("--start-timeout", type=float, default=600, help="seconds for a server to answer /health")
+    b.add_argument("--request-timeout", type=float, default=120, help="seconds of silence before a request fails")
+    b.add_argument("--no-profile", action="store_true", help="skip the profiled request per arm")
+    b.add_argument("--out", help="directory for bench.json, bench.md, plots, logs (default: results/bench/<cell>)")
+    b.add_argument("--cache", default=str(BUILD), help="where the tiny model is built")
+    b.set_defaults(func=cmd_bench)
 
     t = sub.add_parser("tiny-model", help="build (or find) the tiny local Llama and print its directory")
     t.add_argument("--cache", default=str(BUILD))

@@ -1,0 +1,70 @@
+"""Benchmark records (``python -m repro bench``) as the report reads them: a cell's latest verdict.
+
+The record itself is written by repro/bench/record.py; this module only knows
+its schema, so that the report can show a cell's benchmark beside its status
+without importing the benchmark's dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from matrix.cells import MatrixError
+
+BENCH_SCHEMA = "wslpin-kit.bench/1"
+HEADLINE_METRIC = "itl_ms"  # the seed report's claim is about inter-token latency
+RECORD_NAME = "bench.json"
+
+
+@dataclass(frozen=True)
+class BenchSummary:
+    path: str
+    cell: str
+    started_at: str
+    server: str  # "vllm", or "fake" for the kit's own test server
+    vllm_version: str
+    outcome: str
+    concurrency: int | None
+    verdict: str  # the headline comparison in words, or why there is none
+
+    @property
+    def line(self) -> str:
+        source = "test server" if self.server == "fake" else f"vLLM {self.vllm_version}"
+        return f"bench {self.started_at[:10]} ({source}, concurrency {self.concurrency}): {self.verdict}"
+
+
+def read_summary(path: Path) -> BenchSummary:
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("schema") != BENCH_SCHEMA:
+            raise ValueError(f"schema {doc.get('schema')!r}, expected {BENCH_SCHEMA}")
+        headline = doc.get("headline") or {}
+        verdict = headline.get("verdict") or "no comparison"
+        if doc["outcome"] != "ok":
+            verdict = f"stopped: {doc['failure'].splitlines()[0]}" + (f"; so far {verdict}" if headline else "")
+        return BenchSummary(
+            str(path),
+            doc["cell"],
+            doc["started_at"],
+            doc["server"],
+            doc["vllm_version"],
+            doc["outcome"],
+            headline.get("concurrency"),
+            verdict,
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise MatrixError(f"{path} is not a benchmark record written by `python -m repro bench`: {exc}") from None
+
+
+def latest_per_cell(directory: str | None) -> dict[str, BenchSummary]:
+    """Every ``bench.json`` under ``directory``, the newest per cell."""
+    if not directory or not Path(directory).is_dir():
+        return {}
+    latest: dict[str, BenchSummary] = {}
+    for path in sorted(Path(directory).rglob(RECORD_NAME)):
+        summary = read_summary(path)
+        if summary.cell not in latest or summary.started_at > latest[summary.cell].started_at:
+            latest[summary.cell] = summary
+    return latest

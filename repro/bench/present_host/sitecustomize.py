@@ -1,0 +1,14 @@
+"""Present the cell's WSL2 host in every Python process of an emulated benchmark arm.
+
+``vllm serve`` decides about pinned memory in its engine-core process as well
+as in the API server, and both start from this environment: Python imports
+this file at start-up when its directory is on PYTHONPATH.
+"""
+
+import os
+
+if os.environ.get("WSLPIN_PRESENT_HOST"):
+    from matrix.cells import Host
+    from repro.emulation import present_host
+
+    present_host(Host(os.environ["WSLPIN_PRESENT_HOST"]))
