@@ -181,6 +181,8 @@ def report(session: nox.Session) -> None:
     args = session.posargs or [str(RESULTS)]
     if "--out" not in args:
         args = [*args, "--out", str(REPORT)]
+    if "--bench" not in args:
+        args = [*args, "--bench", str(RESULTS / "bench")]
     session.run("python", "-m", "matrix", "report", *args)
 
 
@@ -267,9 +269,36 @@ def publish(session: nox.Session) -> None:
         str(RESULTS / "history"),
         "--probes",
         str(ROOT / "docs" / "probe"),
+        "--bench",
+        str(ROOT / "docs" / "bench"),
         "--out",
         str(ROOT / "docs" / "matrix"),
     )
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """A/B benchmark, pin=unset vs pin=1 through `vllm serve`, with CIs -> results/bench/<cell>/ (JSON, MD, plots).
+
+    Options after `--` go to `python -m repro bench` (default --cell cuda-wsl2new-v2-graph, the seed report's case);
+    `--server fake` runs it against the kit's own test server, where there is no GPU.
+    """
+    args, rest = _options(session)
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--cell", default="cuda-wsl2new-v2-graph")
+    parser.add_argument("--server", default="vllm")
+    bench_args, rest = parser.parse_known_args(rest)
+    if bench_args.server == "fake":
+        session.install("-e", ".[bench]")
+    else:
+        (plan,) = plan_cells(select(bench_args.cell), hostinfo.detect(hostinfo.collect_facts()))
+        if not plan.execution.uses_gpu:
+            session.error(
+                f"{plan.cell} cannot serve vLLM here: {plan.execution} ({plan.reason}); add `-- --server fake` to run "
+                "the benchmark against the kit's test server instead"
+            )
+        _install(session, args.vllm, full=True)
+    session.run("python", "-m", "repro", "bench", "--cell", bench_args.cell, "--server", bench_args.server, *rest)
 
 
 @nox.session(default=False)

@@ -151,6 +151,7 @@ def cmd_report(args) -> int:
             nox_report=load(args.nox_report, "--nox-report"),
             max_age_days=args.max_age_days,
             probes=args.probes,
+            benches=args.bench,
         )
     except InputError as exc:
         raise MatrixError(str(exc)) from None
@@ -246,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--previous", help="the last published compat.json, for the diff")
     report.add_argument("--nox-report", help="`nox --report` JSON: why cells without results crashed")
     report.add_argument("--max-age-days", type=float, help="results older than this are stale")
+    report.add_argument("--bench", help="a directory of benchmark records (`python -m repro bench`) to show")
     report.add_argument("--probes", help="a directory of probe records (`python -m repro probe --out`) to cite")
     report.set_defaults(func=cmd_report)
 

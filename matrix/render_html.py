@@ -60,6 +60,7 @@ td.cell summary{cursor:pointer;font-weight:600;list-style:none}
 td.cell .sym{font-size:1.2em}
 td.cell .line{font-size:.85em;color:#444}td.cell.dim{opacity:.2}
 td.cell .ev{font-size:.75em;color:#666;font-style:italic}
+td.cell .bench{font-size:.75em;color:#333}
 ol.timeline{font-size:.8em;margin:.2em 0;padding-left:1.2em}
 .filter label{display:inline-block;margin:.15em .6em .15em 0;padding:.1em .4em;border-left:6px solid var(--c)}
 dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:.1em .6em;font-size:.85em;margin:.4em 0}
@@ -172,6 +173,9 @@ def _cell(report: Report, cell: CellReport) -> str:
     evidence = report.evidence(cell)
     if evidence:
         parts.append(f'<div class="ev">{_e(evidence[0].split(" (")[0])}</div>')
+    bench = report.bench(cell)
+    if bench is not None:
+        parts.append(f'<div class="bench" title="{_e(bench.line)}">⏱ {_e(bench.verdict)}</div>')
     parts.append("</td>")
     return "".join(parts)
 

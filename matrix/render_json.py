@@ -26,6 +26,7 @@ def _cell(report: Report, c: CellReport) -> dict:
         "issues": c.issues,
         "command": c.command,
         "evidence": report.evidence(c),
+        "bench": asdict(bench) if (bench := report.bench(c)) else None,
         "age_days": c.age_days,
         "counts": c.counts,
         "provenance": c.envelope,

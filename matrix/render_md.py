@@ -69,6 +69,8 @@ def render(report: Report, limit: int = STEP_SUMMARY_LIMIT) -> str:
             for line in report.evidence(cell) or ["no result"]:
                 evidence[line] = evidence.get(line, 0) + 1
         body += [f"Evidence: {md(line)} ({n} cells)" for line, n in evidence.items()] + [""]
+        benches = [(cell.cell.id, report.bench(cell)) for cell in report.versions[vllm] if report.bench(cell)]
+        body += [f"- `{cell}`: {md(bench.line)}" for cell, bench in benches] + ([""] if benches else [])
     if report.changes:
         body += ["## Changes across releases", ""]
         for c in report.changes:

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from matrix.bench import BenchSummary, latest_per_cell
 from matrix.cells import Host, MatrixError, Mode, Runner, Stack
 from matrix.expectations import Rule, load_rules
 from matrix.reading import Inputs, read_inputs
@@ -90,6 +91,15 @@ class Report:
     diff: Diff | None = None
     probes: list[Probe] = field(default_factory=list)
     changes: list[ReleaseChange] = field(default_factory=list)
+    benches: dict[str, BenchSummary] = field(default_factory=dict)  # the latest per cell id
+
+    def bench(self, cell: CellReport) -> BenchSummary | None:
+        """The cell's latest benchmark, shown with the release it ran (a test-server run: the newest)."""
+        found = self.benches.get(cell.cell.id)
+        if found is None:
+            return None
+        release = next(iter(self.versions)) if found.server == "fake" else found.vllm_version
+        return found if cell.vllm == release else None
 
     def evidence(self, cell: CellReport) -> list[str]:
         """What a cell's result rests on, in words."""
@@ -110,6 +120,9 @@ class Report:
             if (probe.stack, probe.host) == (cell.cell.stack.value, cell.cell.host.value):
                 outcome = "mechanism works" if probe.passed else "mechanism fails"
                 found.append(f"probe on {probe.gpu} ({probe.collected_at[:10]}): {outcome}")
+        bench = self.bench(cell)
+        if bench is not None:
+            found.append(bench.line)
         return found
 
     def timeline(self, cell_id: str) -> list[CellReport]:
@@ -238,6 +251,7 @@ def build_report(
     max_age_days: float | None = None,
     now: dt.datetime | None = None,
     probes: str | None = None,
+    benches: str | None = None,
 ) -> Report:
     now = now or dt.datetime.now(dt.UTC)
     # Hundreds of thousands of small records and no reference cycles: the cyclic
@@ -257,6 +271,7 @@ def build_report(
         max_age_days,
         probes=load_probes(probes),
         changes=release_changes(versions, rules),
+        benches=latest_per_cell(benches),
     )
     if previous is not None:
         report.diff = compare(previous, versions)

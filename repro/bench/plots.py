@@ -38,7 +38,7 @@ def itl_ecdf(run: BenchRun, out: Path) -> list[Path]:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("fraction of tokens ≤ x")
     axes[0][0].legend(loc="lower right")
-    fig.suptitle(f"{run.config.cell.id}: ITL per arm (ECDF)")
+    fig.suptitle(f"{run.config.cell.id}: ITL per arm (ECDF)", y=1.03)
     return _save(fig, out, "itl-ecdf")
 
 

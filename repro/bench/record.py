@@ -119,7 +119,7 @@ def document(run: BenchRun, here: DetectedHost, kit_commit: str) -> dict:
                 "requests_per_level": config.requests,
                 "input_len": config.input_len,
                 "output_len": config.output_len,
-                "max_model_len": config.max_model_len,
+                "max_model_len": config.model_len,
                 "kv_cache_bytes": config.kv_cache_bytes,
                 "cpu_offload_gb": config.cpu_offload_gb,
                 "seed": config.seed,

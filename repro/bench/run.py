@@ -74,8 +74,8 @@ class BenchConfig:
     requests: int = 64  # per arm, round and concurrency level
     input_len: int = 128
     output_len: int = 128
-    max_model_len: int = 1024
-    kv_cache_bytes: int = 1 << 30
+    max_model_len: int | None = None  # default: input_len + output_len, what the prompts need
+    kv_cache_bytes: int = 4 << 30
     cpu_offload_gb: float = 0
     vocab: int = 512
     seed: int = 0
@@ -88,6 +88,10 @@ class BenchConfig:
     @property
     def cell(self) -> Cell:
         return self.plan.cell
+
+    @property
+    def model_len(self) -> int:
+        return self.max_model_len or self.input_len + self.output_len
 
 
 def server_argv(config: BenchConfig, port: int, profile_dir: Path) -> tuple[str, ...]:
@@ -103,7 +107,7 @@ def server_argv(config: BenchConfig, port: int, profile_dir: Path) -> tuple[str,
         "serve",
         config.model,
         *("--host", "127.0.0.1", "--port", str(port), "--seed", str(config.seed)),
-        *("--max-model-len", str(config.max_model_len), "--kv-cache-memory-bytes", str(config.kv_cache_bytes)),
+        *("--max-model-len", str(config.model_len), "--kv-cache-memory-bytes", str(config.kv_cache_bytes)),
         *("--cpu-offload-gb", str(config.cpu_offload_gb)),
     ]
     if config.cell.mode.value == "eager":

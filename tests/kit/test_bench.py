@@ -14,12 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 from conftest import ROOT, run_module
 
 from matrix.bench import BENCH_SCHEMA, latest_per_cell
 from matrix.cells import Cell, Host, MatrixError
 from matrix.plan import CellPlan, Execution
+from matrix.render_json import SCHEMA_FILE
 from repro.bench import profile, record, run
 from repro.bench.run import Arm, BenchConfig, run_bench
 
@@ -157,6 +159,29 @@ def test_the_cli_writes_json_markdown_and_plots_and_the_report_shows_the_verdict
     assert doc["schema"] == BENCH_SCHEMA and [lvl["concurrency"] for lvl in doc["levels"]] == [1, 4]
     assert "Served by the kit's test server" in (out / "bench.md").read_text()
     assert latest_per_cell(str(tmp_path / "bench"))["cuda-wsl2new-v2-graph"].verdict == doc["headline"]["verdict"]
+
+    # The compatibility report shows the verdict beside the cell's status, in all three outputs.
+    suite = tmp_path / "cuda-wsl2new-v2-graph.xml"
+    props = {"cell_id": "cuda-wsl2new-v2-graph", "vllm_version": "0.33.0", "execution": "gate-only"}
+    suite.write_text(
+        '<testsuites><testsuite name="cuda-wsl2new-v2-graph"><properties>'
+        + "".join(f'<property name="{k}" value="{v}"/>' for k, v in props.items())
+        + '</properties><testcase classname="tests.cell.test_gate" name="imports"/></testsuite></testsuites>'
+    )
+    report = tmp_path / "report"
+    done = run_module("matrix", "report", str(suite), "--bench", str(tmp_path / "bench"), "--out", str(report))
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = doc["headline"]["verdict"]
+    assert (
+        f"- `cuda-wsl2new-v2-graph`: bench {doc['started_at'][:10]} (test server"
+        in (report / "COMPATIBILITY.md").read_text()
+    )
+    compat = json.loads((report / "compat.json").read_text())
+    jsonschema.validate(compat, json.loads(SCHEMA_FILE.read_text()))
+    cells = {c["id"]: c for c in compat["versions"][0]["cells"]}
+    assert cells["cuda-wsl2new-v2-graph"]["bench"]["verdict"] == verdict
+    assert cells["cuda-linux-v2-graph"]["bench"] is None
+    assert f"⏱ {verdict}" in (report / "index.html").read_text()
 
 
 def test_the_cli_refuses_vllm_without_the_cells_gpu_and_names_the_way_out():
