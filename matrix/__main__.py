@@ -98,6 +98,11 @@ def kit_commit() -> str:
     return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+def runner_name() -> str:
+    """The CI runner's name where there is one, else this machine's."""
+    return os.environ.get("RUNNER_NAME") or platform.node()
+
+
 def cmd_pipeline(args) -> int:
     from matrix import pipeline
 
@@ -118,7 +123,7 @@ def cmd_split(args) -> int:
     run = RunInfo(
         env=record,
         kit_commit=kit_commit(),
-        runner_name=os.environ.get("RUNNER_NAME") or platform.node(),
+        runner_name=runner_name(),
         started_at=args.started_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
     raw = Path(args.raw)

@@ -11,8 +11,7 @@ from pathlib import Path
 from matrix import hostinfo
 from matrix.cells import Cell, MatrixError, run_command_line, select
 from matrix.plan import Execution, plan_cells
-from repro import gate, offload, probe
-from repro.tinymodel import tiny_model
+from repro import container, gate, offload, probe
 
 BUILD = Path(__file__).resolve().parent.parent / "build"
 
@@ -48,6 +47,10 @@ def cmd_gate(args) -> int:
 
 
 def cmd_tiny_model(args) -> int:
+    # numpy is imported by the commands that build the model, not at the top:
+    # `container` runs on a host that has only the kit and the docker SDK.
+    from repro.tinymodel import tiny_model
+
     print(tiny_model(Path(args.cache)))
     return 0
 
@@ -61,6 +64,8 @@ def cmd_offload_graph(args) -> int:
             file=sys.stderr,
         )
         return 2
+    from repro.tinymodel import tiny_model
+
     run = offload.EngineRun(cell, args.pin_env, True, plan.execution is not Execution.NATIVE, args.minimal)
     results = offload.run_engines([run, run.reference()], tiny_model(Path(args.cache)), timeout=args.timeout, jobs=2)
     for result in results.values():
@@ -100,6 +105,16 @@ def cmd_probe(args) -> int:
     return 0 if all(r.status in ("ok", "skipped") for r in results.values()) else 1
 
 
+def cmd_container(args) -> int:
+    cells = select(args.cells)
+    outcome = container.run_in_image(cells, args.image, Path(args.results), args.timeout, tuple(args.pytest_args))
+    print(f"wrote {', '.join(str(p) for p in outcome.written)}", file=sys.stderr)
+    if outcome.crashed:
+        print(f"error: {args.cells} crashed in {args.image}: {outcome.crashed}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m repro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the metrics JSON here")
     p.add_argument("--timeout", type=float, default=probe.DEFAULT_TIMEOUT, help="seconds per section")
     p.set_defaults(func=cmd_probe)
+
+    c = sub.add_parser("container", help="run cells' tests inside a container image (e.g. vllm/vllm-openai:v0.33.0)")
+    c.add_argument("--cells", required=True, help="ids or globs, e.g. cuda-wsl2new-v1-graph")
+    c.add_argument("--image", required=True, help="an image whose python3 has vLLM installed")
+    c.add_argument("--results", default="results", help="where results/<cell-id>.xml and the log go")
+    c.add_argument("--timeout", type=float, default=container.DEFAULT_TIMEOUT, help="seconds before it is killed")
+    c.add_argument("pytest_args", nargs="*", help="after --: arguments for pytest inside the container")
+    c.set_defaults(func=cmd_container)
 
     t = sub.add_parser("tiny-model", help="build (or find) the tiny local Llama and print its directory")
     t.add_argument("--cache", default=str(BUILD))
