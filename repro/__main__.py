@@ -107,7 +107,8 @@ def cmd_probe(args) -> int:
 
 def cmd_container(args) -> int:
     cells = select(args.cells)
-    outcome = container.run_in_image(cells, args.image, Path(args.results), args.timeout, tuple(args.pytest_args))
+    pytest_args = tuple(args.pytest_args) or container.CELL_TESTS
+    outcome = container.run_in_image(cells, args.image, Path(args.results), args.timeout, pytest_args)
     print(f"wrote {', '.join(str(p) for p in outcome.written)}", file=sys.stderr)
     if outcome.crashed:
         print(f"error: {args.cells} crashed in {args.image}: {outcome.crashed}", file=sys.stderr)
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--image", required=True, help="an image whose python3 has vLLM installed")
     c.add_argument("--results", default="results", help="where results/<cell-id>.xml and the log go")
     c.add_argument("--timeout", type=float, default=container.DEFAULT_TIMEOUT, help="seconds before it is killed")
-    c.add_argument("pytest_args", nargs="*", help="after --: arguments for pytest inside the container")
+    c.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments in the container (default: tests/cell)")
     c.set_defaults(func=cmd_container)
 
     t = sub.add_parser("tiny-model", help="build (or find) the tiny local Llama and print its directory")

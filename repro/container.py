@@ -47,6 +47,8 @@ RESULTS = "/results"
 DEPS = "/opt/wslpin-kit-deps"
 WSL_DIR = "/usr/lib/wsl"
 DEFAULT_TIMEOUT = 3600.0
+# What pytest runs in the container unless told otherwise: the cell's tests, as a cell session runs them.
+CELL_TESTS = ("tests/cell",)
 
 
 class ContainerError(Exception):
@@ -103,7 +105,7 @@ def container_spec(
     deps: Path,
     environ: Mapping[str, str],
     user: str,
-    pytest_args: tuple[str, ...] = (),
+    pytest_args: tuple[str, ...] = CELL_TESTS,
 ) -> ContainerSpec:
     """The container that runs ``plans``' cells in ``image`` on ``here``: no Docker needed to compute it."""
     pattern = ",".join(plan.cell.id for plan in plans)
@@ -363,7 +365,7 @@ def run_in_image(
     image: str,
     results: Path,
     timeout: float = DEFAULT_TIMEOUT,
-    pytest_args: tuple[str, ...] = (),
+    pytest_args: tuple[str, ...] = CELL_TESTS,
     environ: Mapping[str, str] | None = None,
     here: DetectedHost | None = None,
 ) -> Outcome:
