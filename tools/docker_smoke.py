@@ -49,7 +49,7 @@ def apt_install(*packages: str, run: Callable[..., object]) -> None:
     missing = [p for p in packages if shutil.which(wanted[p]) is None]
     if missing:
         run("apt-get", "update", "-qq")
-        run("apt-get", "install", "-y", "-qq", *missing, env={"DEBIAN_FRONTEND": "noninteractive"})
+        run("apt-get", "install", "-y", "-qq", *missing, env={"DEBIAN_FRONTEND": "noninteractive"}, silent=True)
 
 
 @contextlib.contextmanager
@@ -115,7 +115,7 @@ def rootfs_tarball(cache: Path, key: str, install: Callable[[Path], None], run: 
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".rootfs-") as tmp:
         root = Path(tmp) / "root"
-        run("debootstrap", "--variant=minbase", "--include=python3", SUITE, str(root), debian_mirror())
+        run("debootstrap", "--variant=minbase", "--include=python3", SUITE, str(root), debian_mirror(), silent=True)
         # Debian's python3 reads /usr/local/lib/python3.X/dist-packages: vLLM in the image's
         # system Python, the way vllm/vllm-openai has it.
         install(root / "usr/local/lib/python3.11/dist-packages")
