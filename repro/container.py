@@ -115,7 +115,6 @@ def container_spec(
             "python3",
             "-m",
             "pytest",
-            "tests/cell",
             "--cells",
             pattern,
             "-o",

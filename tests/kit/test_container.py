@@ -111,6 +111,16 @@ def test_the_kit_is_read_only_the_results_writable_and_the_cells_variables_passe
     assert "--junitxml=/results/cuda-linux-v2-graph.container/junit.xml" in script
 
 
+def test_a_session_narrowed_to_some_tests_runs_only_those_in_the_container():
+    here = gpu_host(Host.LINUX, None)
+    plans = plan_cells([Cell.parse("rocm-linux-v1-graph")], here)
+    args = ("tests/cell/test_gate.py", "-k", "pin")
+    spec = container.container_spec(plans, here, "i", "gate", Path("/r"), Path("/d"), {}, "0:0", args)
+    script = spec.command[-1]
+    assert script.endswith("-q -rfEX tests/cell/test_gate.py -k pin")
+    assert "tests/cell " not in script
+
+
 def test_staged_dependencies_are_the_cell_extra_and_the_base_ones_pure_python(tmp_path):
     deps = container.stage_dependencies(tmp_path)
     names = {p.name.split("-")[0] for p in deps.glob("*.dist-info")}
