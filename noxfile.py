@@ -7,9 +7,14 @@ Cells come from matrix.cells, the one place they are defined. Options after `--`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import functools
+import hashlib
+import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,6 +28,7 @@ from matrix import hostinfo  # noqa: E402
 from matrix.cells import CELLS, select  # noqa: E402
 from matrix.plan import plan_cells  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
+from tools import docker_smoke as smoke  # noqa: E402
 
 nox.needs_version = ">=2025.5.1"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -49,6 +55,7 @@ def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog=f"nox -s '{session.name}' --", add_help=False)
     parser.add_argument("--vllm", default=VLLM_VERSION)
     parser.add_argument("--cells", help="narrow the session's cells: ids or globs")
+    parser.add_argument("--image", help="run the cells inside this container image (its python3 has vLLM)")
     args, rest = parser.parse_known_args(session.posargs)
     _release(session, args.vllm, "--vllm")
     return args, rest
@@ -64,8 +71,14 @@ def _installer(session: nox.Session, python: str | None = None):
 
 
 def _install(session: nox.Session, vllm: str, full: bool, python: str | None = None) -> None:
-    """vLLM and the kit. Without a GPU for the cells: vLLM's wheel alone plus what its gate code imports."""
+    """vLLM and the kit."""
     install = _installer(session, python)
+    _install_vllm(session, install, vllm, full)
+    install("-e", ".[test]")
+
+
+def _install_vllm(session: nox.Session, install, vllm: str, full: bool) -> None:
+    """vLLM. Without a GPU for the cells: vLLM's wheel alone plus what its gate code imports."""
     if full:
         requirement = [f"vllm=={vllm}"]
     else:
@@ -76,7 +89,6 @@ def _install(session: nox.Session, vllm: str, full: bool, python: str | None = N
         install(*requirement)
     except nox.command.CommandFailed:
         session.error(f"could not install vLLM {vllm} (see the installer's message above): is it a released version?")
-    install("-e", ".[test]")
 
 
 def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("tests/cell",)) -> None:
@@ -89,6 +101,9 @@ def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("te
         if not cells:
             session.error(f"--cells {args.cells!r} names no cell of this session ({pattern})")
         pattern = ",".join(cell.id for cell in cells)
+    if args.image:
+        _run_in_image(session, pattern, args.image, (*tests, *pytest_args))
+        return
     plans = plan_cells(cells, hostinfo.detect(hostinfo.collect_facts()))
     _install(session, args.vllm, full=any(plan.execution.uses_gpu for plan in plans))
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -129,6 +144,28 @@ def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("te
         str(RESULTS),
         "--started-at",
         started,
+    )
+    session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(RESULTS), "--strict")
+
+
+def _run_in_image(session: nox.Session, pattern: str, image: str, pytest_args: tuple[str, ...]) -> None:
+    """The cells' tests inside ``image`` (its vLLM, the kit mounted read-only) -> results/<cell>.xml, the table."""
+    session.install("-e", ".[cell,container]")
+    # Exit 1 is a crashed cell: its results file says why, and the summary fails the session.
+    session.run(
+        "python",
+        "-m",
+        "repro",
+        "container",
+        "--cells",
+        pattern,
+        "--image",
+        image,
+        "--results",
+        str(RESULTS),
+        "--",
+        *pytest_args,
+        success_codes=[0, 1],
     )
     session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(RESULTS), "--strict")
 
@@ -313,6 +350,43 @@ def tests(session: nox.Session) -> None:
     """The kit's own test suite (what CI runs), against the real vLLM the kit pins."""
     _install(session, VLLM_VERSION, full=False)
     session.run("python", "-m", "pytest", *session.posargs)
+
+
+SMOKE = ROOT / "build" / "docker-smoke"
+
+
+def _smoke_image(session: nox.Session, docker_host: str) -> str:
+    """The gate-only vLLM install in a Debian image made here (rootfs tarball cached under build/docker-smoke/)."""
+    recipe = [smoke.SUITE, VLLM_VERSION, GATE_TORCH, (ROOT / "requirements" / "gate.txt").read_text()]
+    key = hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
+
+    def install(site: Path) -> None:
+        _install_vllm(session, lambda *args: session.install("--target", str(site), *args), VLLM_VERSION, full=False)
+
+    run = functools.partial(session.run, external=True)
+    tarball = smoke.rootfs_tarball(SMOKE, key, install, run)
+    return smoke.load_image(docker_host, tarball, f"wslpin-smoke:{key}", run)
+
+
+@nox.session(python="3.11", default=False)
+def docker_smoke(session: nox.Session) -> None:
+    """A real Docker engine runs a gate-only cell in an image made here (dockerd, debootstrap: Debian's)."""
+    session.install("-e", ".[test]")
+    started = time.perf_counter()
+    run = functools.partial(session.run, external=True)
+    with contextlib.ExitStack() as stack:
+        docker_host = smoke.existing_engine(dict(os.environ))
+        if docker_host is None:
+            smoke.apt_install("docker.io", "debootstrap", run=run)
+            state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-dockerd-")))
+            SMOKE.mkdir(parents=True, exist_ok=True)
+            docker_host = stack.enter_context(smoke.private_engine(state, SMOKE / "dockerd.log"))
+        smoke.apt_install("debootstrap", run=run)
+        image = _smoke_image(session, docker_host)
+        session.log(f"engine and image {image} ready in {time.perf_counter() - started:.0f} s")
+        env = {"DOCKER_HOST": docker_host, "WSLPIN_SMOKE_IMAGE": image}
+        session.run("python", "-m", "pytest", "tests/kit/test_container.py", "-rs", *session.posargs, env=env)
+    session.log(f"docker_smoke took {time.perf_counter() - started:.0f} s")
 
 
 @nox.session

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import sys
 from pathlib import Path
 
@@ -104,7 +102,7 @@ def cmd_split(args) -> int:
     run = RunInfo(
         env=record,
         kit_commit=hostinfo.kit_commit(),
-        runner_name=os.environ.get("RUNNER_NAME") or platform.node(),
+        runner_name=hostinfo.runner_name(),
         started_at=args.started_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
     raw = Path(args.raw)

@@ -359,3 +359,8 @@ def kit_commit() -> str:
     if not commit:
         return "unknown"
     return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def runner_name() -> str:
+    """The CI runner's name where there is one, else this machine's."""
+    return os.environ.get("RUNNER_NAME") or platform.node()

@@ -28,6 +28,9 @@ class RunInfo:
     kit_commit: str
     runner_name: str
     started_at: str
+    # Set when the cell ran inside a container image (repro/container.py): which image, exactly.
+    image: str = ""
+    image_digest: str = ""
 
 
 def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
@@ -36,6 +39,7 @@ def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
     vllm = env.get("packages", {}).get("vllm") or {}
     devices = env.get("gpu", {}).get("devices") or [{}]
     torch_build = f"cuda {torch['cuda']}" if torch.get("cuda") else f"hip {torch['hip']}" if torch.get("hip") else "cpu"
+    image = {"image": run.image, "image_digest": run.image_digest} if run.image else {}
     return {
         "envelope_schema": ENVELOPE_SCHEMA,
         "cell_id": cell.id,
@@ -59,6 +63,7 @@ def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
         "started_at": run.started_at,
         "env_hash": env.get("env_hash", ""),
         "env_schema": env.get("schema", ""),
+        **image,
     }
 
 

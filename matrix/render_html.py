@@ -40,6 +40,8 @@ PROVENANCE = (
     ("execution", "execution"),
     ("why", "execution_reason"),
     ("runner", "runner_name"),
+    ("image", "image"),
+    ("image digest", "image_digest"),
     ("started", "started_at"),
     ("environment hash", "env_hash"),
     ("kit", "kit_commit"),

@@ -11,8 +11,7 @@ from pathlib import Path
 from matrix import hostinfo
 from matrix.cells import Cell, MatrixError, run_command_line, select
 from matrix.plan import Execution, plan_cells
-from repro import gate, offload, probe
-from repro.tinymodel import tiny_model
+from repro import container, gate, offload, probe
 
 BUILD = Path(__file__).resolve().parent.parent / "build"
 
@@ -48,6 +47,10 @@ def cmd_gate(args) -> int:
 
 
 def cmd_tiny_model(args) -> int:
+    # numpy is imported by the commands that build the model, not at the top:
+    # `container` runs on a host that has only the kit and the docker SDK.
+    from repro.tinymodel import tiny_model
+
     print(tiny_model(Path(args.cache)))
     return 0
 
@@ -61,6 +64,8 @@ def cmd_offload_graph(args) -> int:
             file=sys.stderr,
         )
         return 2
+    from repro.tinymodel import tiny_model
+
     run = offload.EngineRun(cell, args.pin_env, True, plan.execution is not Execution.NATIVE, args.minimal)
     results = offload.run_engines([run, run.reference()], tiny_model(Path(args.cache)), timeout=args.timeout, jobs=2)
     for result in results.values():
@@ -113,6 +118,7 @@ def _ints(text: str) -> tuple[int, ...]:
 def cmd_bench(args) -> int:
     from repro.bench import markdown, plots, record
     from repro.bench.run import Arm, BenchConfig, run_bench
+    from repro.tinymodel import tiny_model
 
     here = hostinfo.detect(hostinfo.collect_facts())
     (plan,) = plan_cells([Cell.parse(args.cell)], here)
@@ -156,6 +162,17 @@ def cmd_bench(args) -> int:
     print(doc["headline"].get("verdict", "no comparison: no level completed"))
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     return 0 if doc["outcome"] == "ok" else 1
+
+
+def cmd_container(args) -> int:
+    cells = select(args.cells)
+    pytest_args = tuple(args.pytest_args) or container.CELL_TESTS
+    outcome = container.run_in_image(cells, args.image, Path(args.results), args.timeout, pytest_args)
+    print(f"wrote {', '.join(str(p) for p in outcome.written)}", file=sys.stderr)
+    if outcome.crashed:
+        print(f"error: {args.cells} crashed in {args.image}: {outcome.crashed}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--out", help="directory for bench.json, bench.md, plots, logs (default: results/bench/<cell>)")
     b.add_argument("--cache", default=str(BUILD), help="where the tiny model is built")
     b.set_defaults(func=cmd_bench)
+
+    c = sub.add_parser("container", help="run cells' tests inside a container image (e.g. vllm/vllm-openai:v0.33.0)")
+    c.add_argument("--cells", required=True, help="ids or globs, e.g. cuda-wsl2new-v1-graph")
+    c.add_argument("--image", required=True, help="an image whose python3 has vLLM installed")
+    c.add_argument("--results", default="results", help="where results/<cell-id>.xml and the log go")
+    c.add_argument("--timeout", type=float, default=container.DEFAULT_TIMEOUT, help="seconds before it is killed")
+    c.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments in the container (default: tests/cell)")
+    c.set_defaults(func=cmd_container)
 
     t = sub.add_parser("tiny-model", help="build (or find) the tiny local Llama and print its directory")
     t.add_argument("--cache", default=str(BUILD))

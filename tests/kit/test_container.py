@@ -1,0 +1,256 @@
+"""Cells inside a container image: the spec per stack x host, and every failure as a crashed cell.
+
+The spec tests describe GPU hosts this machine cannot be (DetectedHost values: no GPU,
+no WSL here); nothing else is mocked. The tests marked by the ``smoke_image`` fixture
+need a real Docker engine and the image ``nox -s docker_smoke`` builds, and run there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_module
+from junitparser import Error, JUnitXml
+
+from matrix.cells import Cell, Host, Mode, Runner, Stack
+from matrix.hostinfo import DetectedHost
+from matrix.junit import suite_properties
+from matrix.plan import plan_cells
+from repro import container
+
+GATE_ONLY_CELL = "cuda-wsl2new-v1-graph"
+
+
+def gpu_host(host: Host, stack: Stack | None) -> DetectedHost:
+    return DetectedHost(host, stack, (6, 6, 87), "GPU" if stack else "", "described in the test")
+
+
+def spec_for(cell: str, here: DetectedHost, environ: dict | None = None) -> container.ContainerSpec:
+    return container.container_spec(
+        plan_cells([Cell.parse(cell)], here),
+        here,
+        "vllm/vllm-openai:v0.33.0",
+        cell,
+        Path("/runner/results"),
+        Path("/runner/deps"),
+        environ or {},
+        "1000:1000",
+    )
+
+
+def gpu_exposure(spec: container.ContainerSpec) -> dict:
+    return {
+        "gpu_request": spec.gpu_request,
+        "devices": spec.devices,
+        "group_add": spec.group_add,
+        "wsl_mount": [m for m in spec.mounts if m.target == "/usr/lib/wsl"],
+        "hsa_dxg": dict(spec.environment).get("HSA_ENABLE_DXG_DETECTION"),
+    }
+
+
+NONE = {"gpu_request": False, "devices": (), "group_add": (), "wsl_mount": [], "hsa_dxg": None}
+CUDA = {**NONE, "gpu_request": True}
+ROCM_LINUX = {**NONE, "devices": ("/dev/kfd", "/dev/dri"), "group_add": ("video",)}
+ROCM_WSL = {
+    **NONE,
+    "devices": ("/dev/dxg",),
+    "wsl_mount": [container.Mount("/usr/lib/wsl", "/usr/lib/wsl", read_only=True)],
+    "hsa_dxg": "1",
+}
+NATIVE = {
+    (Stack.CUDA, Host.LINUX): CUDA,
+    (Stack.CUDA, Host.WSL2OLD): CUDA,
+    (Stack.CUDA, Host.WSL2NEW): CUDA,
+    (Stack.ROCM, Host.LINUX): ROCM_LINUX,
+    (Stack.ROCM, Host.WSL2OLD): ROCM_WSL,
+    (Stack.ROCM, Host.WSL2NEW): ROCM_WSL,
+}
+
+
+@pytest.mark.parametrize(("stack", "host"), list(NATIVE), ids=lambda v: str(v))
+def test_a_native_cell_gets_its_gpu_the_way_its_stack_and_host_need(stack, host):
+    cell = Cell(stack, host, Runner.V2, Mode.GRAPH)
+    assert gpu_exposure(spec_for(cell.id, gpu_host(host, stack))) == NATIVE[stack, host]
+
+
+@pytest.mark.parametrize(
+    ("cell", "here", "exposed"),
+    [
+        # emulated: the Linux GPU, exposed as on Linux; vLLM is shown a WSL2 uname inside
+        ("cuda-wsl2new-v1-graph", gpu_host(Host.LINUX, Stack.CUDA), CUDA),
+        ("rocm-wsl2old-v2-eager", gpu_host(Host.LINUX, Stack.ROCM), ROCM_LINUX),
+        # gate-only: no GPU, or not the cell's, or a WSL2 host that cannot stand in for another
+        ("cuda-linux-v1-graph", gpu_host(Host.LINUX, None), NONE),
+        ("rocm-wsl2new-v1-graph", gpu_host(Host.WSL2NEW, Stack.CUDA), NONE),
+        ("cuda-linux-v2-eager", gpu_host(Host.WSL2NEW, Stack.CUDA), NONE),
+    ],
+)
+def test_emulated_and_gate_only_cells(cell, here, exposed):
+    assert gpu_exposure(spec_for(cell, here)) == exposed
+
+
+def test_the_kit_is_read_only_the_results_writable_and_the_cells_variables_passed_in():
+    environ = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_LOGGING_LEVEL": "DEBUG", "HF_TOKEN": "secret", "PATH": "/x"}
+    spec = spec_for("cuda-linux-v2-graph", gpu_host(Host.LINUX, None), environ)
+    assert {(m.source, m.target, m.read_only) for m in spec.mounts} == {
+        (str(ROOT), "/kit", True),
+        ("/runner/deps", container.DEPS, True),
+        ("/runner/results", "/results", False),
+    }
+    env = dict(spec.environment)
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1"  # the cell's runner wins over the host's
+    assert env["VLLM_LOGGING_LEVEL"] == "DEBUG"
+    assert "HF_TOKEN" not in env and "PATH" not in env
+    assert env["PYTHONPATH"] == f"/kit:{container.DEPS}"
+    assert (spec.workdir, spec.user, spec.image) == ("/kit", "1000:1000", "vllm/vllm-openai:v0.33.0")
+    script = spec.command[-1]
+    assert "python3 -m matrix env --out /results/cuda-linux-v2-graph.container/env.json" in script
+    assert "--cells cuda-linux-v2-graph" in script and "tests/cell" in script
+    assert "--junitxml=/results/cuda-linux-v2-graph.container/junit.xml" in script
+
+
+def test_a_session_narrowed_to_some_tests_runs_only_those_in_the_container():
+    here = gpu_host(Host.LINUX, None)
+    plans = plan_cells([Cell.parse("rocm-linux-v1-graph")], here)
+    args = ("tests/cell/test_gate.py", "-k", "pin")
+    spec = container.container_spec(plans, here, "i", "gate", Path("/r"), Path("/d"), {}, "0:0", args)
+    script = spec.command[-1]
+    assert script.endswith("-q -rfEX tests/cell/test_gate.py -k pin")
+    assert "tests/cell " not in script
+
+
+def test_staged_dependencies_are_the_cell_extra_and_the_base_ones_pure_python(tmp_path):
+    deps = container.stage_dependencies(tmp_path)
+    names = {p.name.split("-")[0] for p in deps.glob("*.dist-info")}
+    assert {"pytest", "junitparser", "defusedxml", "packaging", "pluggy"} <= names
+    assert "docker" not in names and "requests" not in names  # host side only
+    assert container.stage_dependencies(tmp_path) == deps  # reused
+
+
+@pytest.mark.parametrize(
+    ("ran", "says"),
+    [
+        (container.Ran("sha256:x", None, False), "timed out after 5 s: the container was killed and removed"),
+        # An OOM kill needs memory pressure this machine's tests should not create: the engine's
+        # answer is described here.
+        (container.Ran("sha256:x", 137, True), "killed by the out-of-memory killer (exit 137"),
+        (container.Ran("sha256:x", 2, False), "exited 2 without a JUnit file"),
+    ],
+)
+def test_why_a_container_left_no_results(ran, says):
+    assert says in container.exit_reason(ran, 5, Path("results/x.container.log"))
+
+
+def crashed(results: Path, cell: str) -> tuple[dict, str]:
+    (suite,) = JUnitXml.fromfile(str(results / f"{cell}.xml"))
+    assert suite.name == cell
+    (case,) = list(suite)
+    assert case.name == "no_results"
+    (error,) = case.result
+    assert isinstance(error, Error)
+    return suite_properties(suite), error.message
+
+
+def run_container(results: Path, *args: str, env: dict | None = None):
+    return run_module("repro", "container", "--results", str(results), *args, env=env)
+
+
+def assert_one_error_line(done, says: str) -> None:
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and says in last
+
+
+def test_no_engine_is_a_crashed_cell_with_the_reason(tmp_path):
+    socket = tmp_path / "no-engine.sock"
+    done = run_container(
+        tmp_path, "--cells", GATE_ONLY_CELL, "--image", "wslpin-smoke:any", env={"DOCKER_HOST": f"unix://{socket}"}
+    )
+    assert_one_error_line(done, f"no Docker engine answers at unix://{socket}")
+    props, message = crashed(tmp_path, GATE_ONLY_CELL)
+    assert message.startswith("crashed in wslpin-smoke:any: no Docker engine answers")
+    assert (props["cell_id"], props["image"], props["image_digest"]) == (GATE_ONLY_CELL, "wslpin-smoke:any", "")
+
+
+def test_a_missing_device_is_a_crashed_cell_before_any_engine_is_asked(tmp_path):
+    if os.path.exists("/dev/kfd"):
+        pytest.skip("this machine has /dev/kfd: the device is not missing here")
+    cell = Cell.parse("rocm-linux-v1-eager")
+    outcome = container.run_in_image(
+        [cell],
+        "rocm/vllm:latest",
+        tmp_path,
+        environ={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"},
+        here=gpu_host(Host.LINUX, Stack.ROCM),  # an AMD GPU host, which this machine is not
+    )
+    assert outcome.crashed.startswith("/dev/kfd, /dev/dri not present on this host")
+    _, message = crashed(tmp_path, cell.id)
+    assert "/dev/kfd" in message
+
+
+@pytest.fixture(scope="module")
+def smoke_image() -> str:
+    image = os.environ.get("WSLPIN_SMOKE_IMAGE")
+    if not image:
+        pytest.skip("needs a Docker engine and the image `nox -s docker_smoke` builds (it runs these tests)")
+    return image
+
+
+def no_containers_left() -> bool:
+    import docker
+
+    client = docker.from_env()
+    try:
+        return client.containers.list(all=True, filters={"label": "wslpin-kit"}) == []
+    finally:
+        client.close()
+
+
+def test_a_gate_only_cell_runs_in_the_image_and_its_junit_comes_back(smoke_image, tmp_path):
+    done = run_container(tmp_path, "--cells", GATE_ONLY_CELL, "--image", smoke_image)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert " passed" in done.stdout  # pytest's output, streamed from the container
+    (suite,) = JUnitXml.fromfile(str(tmp_path / f"{GATE_ONLY_CELL}.xml"))
+    assert suite.name == GATE_ONLY_CELL
+    props = suite_properties(suite)
+    assert props["image"] == smoke_image and props["image_digest"].startswith("sha256:")
+    assert props["execution"] == "gate-only" and props["vllm_version"] and props["torch_build"] == "cpu"
+    gate = [case for case in suite if case.classname == "tests.cell.test_gate"]
+    assert gate and all(case.is_passed for case in gate)
+    log = (tmp_path / f"{GATE_ONLY_CELL}.container.log").read_text()
+    assert " passed" in log
+    assert not (tmp_path / f"{GATE_ONLY_CELL}.container").exists()  # the raw JUnit is not left to be read twice
+    assert no_containers_left()
+
+
+def test_a_missing_image_with_no_registry_is_a_crashed_cell(smoke_image, tmp_path):
+    done = run_container(tmp_path, "--cells", GATE_ONLY_CELL, "--image", "wslpin-kit-missing:none")
+    assert_one_error_line(done, "image wslpin-kit-missing:none is not present and could not be pulled")
+    _, message = crashed(tmp_path, GATE_ONLY_CELL)
+    assert "could not be pulled" in message
+
+
+def test_the_timeout_kills_and_removes_the_container(smoke_image, tmp_path):
+    done = run_container(tmp_path, "--cells", GATE_ONLY_CELL, "--image", smoke_image, "--timeout", "2")
+    assert_one_error_line(done, "timed out after 2 s: the container was killed and removed")
+    props, _ = crashed(tmp_path, GATE_ONLY_CELL)
+    assert props["image_digest"].startswith("sha256:")
+    assert no_containers_left()
+
+
+def test_an_engine_without_a_gpu_runtime_refuses_the_gpu_request(smoke_image, tmp_path):
+    import docker
+
+    client = docker.from_env()
+    runtimes = client.info().get("Runtimes", {})
+    client.close()
+    if "nvidia" in runtimes:
+        pytest.skip("this engine has the NVIDIA runtime: the request would succeed")
+    cell = Cell.parse("cuda-linux-v1-graph")
+    # A CUDA host, which this machine is not: the engine itself says it has no GPU to give.
+    outcome = container.run_in_image([cell], smoke_image, tmp_path, here=gpu_host(Host.LINUX, Stack.CUDA))
+    assert outcome.crashed.startswith("the Docker engine cannot give the container a GPU")
+    assert no_containers_left()
