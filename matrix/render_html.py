@@ -177,7 +177,8 @@ def _cell(report: Report, cell: CellReport) -> str:
         parts.append(f'<div class="ev">{_e(evidence[0].split(" (")[0])}</div>')
     bench = report.bench(cell)
     if bench is not None:
-        parts.append(f'<div class="bench" title="{_e(bench.line)}">⏱ {_e(bench.verdict)}</div>')
+        source = " (test server)" if bench.server == "fake" else ""
+        parts.append(f'<div class="bench" title="{_e(bench.line)}">bench{source}: {_e(bench.verdict)}</div>')
     parts.append("</td>")
     return "".join(parts)
 

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,8 +157,6 @@ class BenchRun:
 
 def _profile_arm(config: BenchConfig, server: servers.Server, profile_dir: Path) -> profile.StepProfile | str:
     """One request under the profiler; the trace's figures, or why there are none."""
-    import urllib.request
-
     before = set(profile_dir.rglob("*.json*")) if profile_dir.exists() else set()
     try:
         for endpoint in ("start_profile", "stop_profile"):

@@ -181,7 +181,7 @@ def test_the_cli_writes_json_markdown_and_plots_and_the_report_shows_the_verdict
     cells = {c["id"]: c for c in compat["versions"][0]["cells"]}
     assert cells["cuda-wsl2new-v2-graph"]["bench"]["verdict"] == verdict
     assert cells["cuda-linux-v2-graph"]["bench"] is None
-    assert f"⏱ {verdict}" in (report / "index.html").read_text()
+    assert f"bench (test server): {verdict}" in (report / "index.html").read_text()
 
 
 def test_the_cli_refuses_vllm_without_the_cells_gpu_and_names_the_way_out():
