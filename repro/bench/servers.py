@@ -136,7 +136,9 @@ def gpu_bytes(pids: list[int]) -> int | None:
 class MemorySampler:
     """Peak memory of a process tree, sampled in a thread while the arm runs."""
 
-    def __init__(self, pid: int, interval: float = 0.5) -> None:
+    # Seldom: nvidia-smi takes the better part of a second on WSL2, and the
+    # sampler must not become load on the machine it measures.
+    def __init__(self, pid: int, interval: float = 2.0) -> None:
         self.pid, self.interval = pid, interval
         self.peak_pinned_host = 0
         self.peak_gpu: int | None = None

@@ -22,7 +22,7 @@ from matrix.bench import BENCH_SCHEMA, latest_per_cell
 from matrix.cells import Cell, Host, MatrixError
 from matrix.plan import CellPlan, Execution
 from matrix.render_json import SCHEMA_FILE
-from repro.bench import profile, record, run
+from repro.bench import profile, record, run, servers
 from repro.bench.run import Arm, BenchConfig, run_bench
 
 ARMS = Arm.parse_all("pin=unset,pin=1")
@@ -120,6 +120,18 @@ def test_an_emulated_cell_presents_its_host_to_every_server_process(tmp_path):
         check=True,
     )
     assert shown.stdout.strip() == Host.WSL2OLD.emulated_release
+
+
+def test_gpu_memory_is_read_from_nvidia_smi_for_the_servers_processes(tmp_path, monkeypatch):
+    # There is no GPU here: a stand-in nvidia-smi prints what the real one prints for
+    # `--query-compute-apps=pid,used_memory --format=csv,noheader,nounits`.
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '1234, 2048\\n999, 100\\n1235, 512\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert servers.gpu_bytes([1234, 1235]) == (2048 + 512) << 20
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert servers.gpu_bytes([1234]) is None
 
 
 @pytest.mark.parametrize("text", ["pin=unset", "pin=2,pin=1", "pin=1,pin=1", "pinned=1,pin=unset"])
