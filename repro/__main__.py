@@ -92,6 +92,9 @@ def cmd_probe(args) -> int:
         results = {n: probe.run_section(n, timeout=args.timeout) for n in names}
     for name, r in results.items():
         print(f"{name:<32} {r.status:<8} {r.seconds:6.1f} s  {r.message.strip().splitlines()[-1] if r.message else ''}")
+    ab = results.get("offload_step_ab")
+    for c in ab.metrics.get("comparisons", []) if ab else []:
+        print("  " + c.get("verdict", f"{c['mode']} {c['base']} vs {c['test']}: skipped, {c.get('skipped')}"))
     rows = results.get("bandwidth") and results["bandwidth"].metrics.get("rows", [])
     for row in rows or []:
         print(

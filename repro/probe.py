@@ -10,6 +10,7 @@ The same code runs on CUDA and ROCm builds of torch (``torch.cuda`` is HIP there
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import statistics
@@ -186,9 +187,11 @@ def section_uva_pageable_refused() -> dict:
     raise AssertionError("the runtime handed out a device pointer for pageable memory")
 
 
-def section_offload_step() -> dict:
-    """A decode-like step over offloaded layers: resident, pinned copy, UVA view, pageable copy; eager and graph."""
-    torch = _torch()
+def _offload_variants(torch) -> tuple[dict[str, Callable[[], None]], str]:
+    """Decode-like steps over STEP_LAYERS offloaded layers, one per place the weights can live.
+
+    Also returns why there is no UVA variant, if there is none.
+    """
     n = STEP_LAYER_BYTES // 2
     x = torch.randn(n, dtype=torch.float16, device="cuda")
     staging = torch.empty(n, dtype=torch.float16, device="cuda")
@@ -196,7 +199,7 @@ def section_offload_step() -> dict:
     resident = [torch.randn(n, dtype=torch.float16, device="cuda") for _ in range(STEP_LAYERS)]
     pinned = [w.cpu().pin_memory() for w in resident]
     pageable = [w.cpu() for w in resident]
-    uva = []
+    uva, uva_error = [], ""
     try:
         uva = [
             torch.as_tensor(_DeviceView(_device_pointer(w), w.numel() * 2), device="cuda").view(torch.float16)
@@ -204,8 +207,6 @@ def section_offload_step() -> dict:
         ]
     except (NotApplicableError, RuntimeError) as exc:
         uva_error = str(exc)
-    else:
-        uva_error = ""
 
     def step(weights, copy_from_host: bool, non_blocking: bool) -> Callable[[], None]:
         def run() -> None:
@@ -220,6 +221,13 @@ def section_offload_step() -> dict:
         variants["uva_zero_copy"] = step(uva, False, False)
     # Last: its capture is expected to be refused, which may leave the context unusable.
     variants["pageable_copy"] = step(pageable, True, True)
+    return variants, uva_error
+
+
+def section_offload_step() -> dict:
+    """A decode-like step over offloaded layers: resident, pinned copy, UVA view, pageable copy; eager and graph."""
+    torch = _torch()
+    variants, uva_error = _offload_variants(torch)
     results: dict = {"layers": STEP_LAYERS, "layer_bytes": STEP_LAYER_BYTES}
     if uva_error:
         results["uva_zero_copy"] = {"skipped": uva_error}
@@ -234,6 +242,71 @@ def section_offload_step() -> dict:
             torch.cuda.synchronize()
         results[name] = entry
     return results
+
+
+# (mode, base arm, test arm): what pinned memory buys an offload step, and what UVA buys over a copy.
+AB_PAIRS = (
+    ("eager", "pageable_copy", "pinned_copy"),
+    ("eager", "pinned_copy", "uva_zero_copy"),
+    ("graph", "pinned_copy", "uva_zero_copy"),
+)
+AB_ROUNDS, AB_STEPS = 8, 16
+
+
+def section_offload_step_ab() -> dict:
+    """The offload step's arms, interleaved over rounds, through the benchmark's statistics (repro/bench/stats.py).
+
+    Each round times AB_STEPS steps of every arm in turn, so the arms share the
+    GPU's clock and thermal state; the pageable copy is never captured (it cannot be).
+    """
+    from repro.bench import stats
+
+    torch = _torch()
+    started = time.perf_counter()
+    variants, uva_error = _offload_variants(torch)
+    arms = {("eager", name): fn for name, fn in variants.items() if name != "resident"}
+    for name in ("pinned_copy", "uva_zero_copy"):
+        if name in variants:
+            arms[("graph", name)] = _capture(torch, variants[name]).replay
+    samples: dict[tuple[str, str], list[list[float]]] = {arm: [] for arm in arms}
+    for arm_fn in arms.values():
+        arm_fn()
+    torch.cuda.synchronize()
+    for _ in range(AB_ROUNDS):
+        for arm, fn in arms.items():
+            times = []
+            for _ in range(AB_STEPS):
+                t0 = time.perf_counter()
+                fn()
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) * 1000)
+            samples[arm].append(times)
+    comparisons = []
+    for mode, base, test in AB_PAIRS:
+        if (mode, base) not in samples or (mode, test) not in samples:
+            comparisons.append({"mode": mode, "base": base, "test": test, "skipped": uva_error or "no such arm"})
+            continue
+        diff = stats.compare(samples[(mode, base)], samples[(mode, test)])
+        comparisons.append(
+            {
+                "mode": mode,
+                "base": base,
+                "test": test,
+                **dataclasses.asdict(diff),
+                "resolved": diff.resolved,
+                "verdict": stats.verdict(diff, base, test, f"offload step ({mode})"),
+            }
+        )
+    return {
+        "rounds": AB_ROUNDS,
+        "steps_per_round": AB_STEPS,
+        "step_ms": {
+            f"{mode}/{name}": dataclasses.asdict(stats.Spread.of([x for r in rounds for x in r]))
+            for (mode, name), rounds in samples.items()
+        },
+        "comparisons": comparisons,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def _time_fn(torch, fn: Callable[[], None], reps: int = 10) -> float:
@@ -259,6 +332,7 @@ SECTIONS: dict[str, Callable[[], dict]] = {
     "uva_view": section_uva_view,
     "uva_pageable_refused": section_uva_pageable_refused,
     "offload_step": section_offload_step,
+    "offload_step_ab": section_offload_step_ab,
 }
 
 
@@ -348,6 +422,13 @@ def check_facts(section: str, m: dict) -> None:
             m["pageable_copy"].get("graph_error_kind") == "pageable-copy-in-capture",
             f"the pageable-copy step must be refused by graph capture: {m['pageable_copy']}",
         )
+    elif section == "offload_step_ab":
+        pinned_vs_pageable = m["comparisons"][0]
+        _fact(
+            pinned_vs_pageable.get("resolved") and pinned_vs_pageable["relative"] < 0,
+            f"a pinned copy must be resolved as faster than a pageable one: {pinned_vs_pageable.get('verdict')}",
+        )
+        _fact(m["seconds"] < 60, f"the A/B must resolve within a minute of GPU time; it took {m['seconds']} s")
 
 
 def metrics_document(results: dict[str, SectionResult], host: dict[str, str]) -> dict:

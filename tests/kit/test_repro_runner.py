@@ -68,3 +68,29 @@ def test_probe_facts_reject_a_platform_that_captures_pageable_copies():
     with pytest.raises(AssertionError, match="refuse to capture"):
         probe.check_facts("capture_pageable_blocking", {"captured": True, "replay_reads_current_host": True})
     probe.check_facts("capture_pageable_blocking", {"captured": False, "kind": "pageable-copy-in-capture"})
+
+
+def test_the_offload_step_ab_resolves_a_slower_arm_through_the_benchmark_statistics(monkeypatch):
+    # No GPU here: torch.cuda is replaced by a stand-in, and each arm's "step" is a busy wait of
+    # known length, so the section's interleaving, statistics and facts run for real around it.
+    import time
+    import types
+
+    def step(ms: float):
+        def run() -> None:
+            started = time.perf_counter()
+            while (time.perf_counter() - started) * 1000 < ms:
+                pass
+
+        return run
+
+    arms = {"resident": step(0.2), "pinned_copy": step(0.5), "uva_zero_copy": step(0.6), "pageable_copy": step(1.5)}
+    monkeypatch.setattr(probe, "_torch", lambda: types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=int)))
+    monkeypatch.setattr(probe, "_offload_variants", lambda torch: (arms, ""))
+    monkeypatch.setattr(probe, "_capture", lambda torch, fn: types.SimpleNamespace(replay=fn))
+    metrics = probe.section_offload_step_ab()
+    verdicts = [c["verdict"] for c in metrics["comparisons"]]
+    assert verdicts[0].startswith("offload step (eager): pinned_copy faster than pageable_copy by ")
+    assert verdicts[2].startswith("offload step (graph): pinned_copy faster than uva_zero_copy by ")
+    assert metrics["step_ms"]["eager/pageable_copy"]["n"] == probe.AB_ROUNDS * probe.AB_STEPS
+    probe.check_facts("offload_step_ab", metrics)

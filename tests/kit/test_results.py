@@ -58,8 +58,8 @@ def test_gate_cases_show_what_vllm_decided_for_both_pin_env_values(results):
 def test_gpu_groups_are_listed_as_skipped_with_the_reason(results):
     (suite,) = JUnitXml.fromfile(str(results / f"{CELL}.xml"))
     skipped = {case.name: case.result[0].message for case in suite if case.classname == "tests.cell.test_repro"}
-    # 4 reproduction cases per pin_env, and 9 probe sections; the minimal form exists only on Linux cells.
-    assert len(skipped) == 4 * 2 + 9
+    # 4 reproduction cases per pin_env, and 10 probe sections; the minimal form exists only on Linux cells.
+    assert len(skipped) == 4 * 2 + 10
     assert all(reason.startswith("no GPU for this cell: gate-only") for reason in skipped.values())
 
 
@@ -68,7 +68,7 @@ def test_summary_prints_the_table(results):
     assert done.returncode == 0, done.stderr
     header, rule, row = done.stdout.splitlines()[:3]
     assert header.split()[:2] == ["cell", "execution"]
-    assert row.split()[:7] == [CELL, "gate-only", "11", "0", "5", "17", "on"]
+    assert row.split()[:7] == [CELL, "gate-only", "11", "0", "5", "18", "on"]
 
 
 def test_a_cell_without_results_still_gets_a_file_that_says_why(tmp_path):
