@@ -87,6 +87,8 @@ class FakeEngine:
             if deadline - loop.time() > 0.002:
                 await asyncio.sleep(deadline - loop.time() - 0.002)
             time.sleep(max(0.0, deadline - loop.time()))
+            if not self.streams:
+                continue  # every request ended during the step: there was nothing to compute
             self.record_step(busy, idle)
             for stream in self.streams:
                 stream.put_nowait(None)
@@ -124,6 +126,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
                 os._exit(3)  # the way a crashed engine goes: no goodbye to open streams
             chunk = {"object": "text_completion", "model": args.model, "choices": [{"index": 0, "text": f" t{i}"}]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        engine.streams.discard(stream)  # its tokens are all out: the next step is not for it
         if (body.get("stream_options") or {}).get("include_usage"):
             prompt = body.get("prompt")
             usage = {"prompt_tokens": len(prompt) if isinstance(prompt, list) else 1, "completion_tokens": tokens}

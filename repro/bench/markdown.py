@@ -46,7 +46,9 @@ def render(doc: dict) -> str:
             c = level["comparisons"][metric]
             diff = (
                 f"{c['relative']:+.1%} [{c['low']:+.1%}, {c['high']:+.1%}]" + (" ✔" if c["resolved"] else "")
-                if "relative" in c
+                if c.get("low") is not None
+                else f"{c['relative']:+.1%} (no interval)"
+                if c.get("relative") is not None
                 else "–"
             )
             spreads = " | ".join(f"{_ms(s['median'])} / {_ms(s['p90'])} / {_ms(s['p99'])}" for s in (a, b))

@@ -50,7 +50,7 @@ def differences(doc: dict, out: Path) -> list[Path]:
         xs, ys, err = [], [], [[], []]
         for j, level in enumerate(doc["levels"]):
             c = level["comparisons"][metric]
-            if "relative" in c:
+            if c.get("low") is not None:
                 xs.append(j + (i - (len(METRIC_NAMES) - 1) / 2) * width)
                 ys.append(100 * c["relative"])
                 err[0].append(100 * (c["relative"] - c["low"]))

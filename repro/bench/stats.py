@@ -21,6 +21,9 @@ CONFIDENCE = 0.95
 POWER = 0.80
 RESOLVE = 0.05  # the difference the sample-size estimate is for
 RESAMPLES = 4000
+# Below this many samples in an arm a bootstrap interval is a handful of
+# recombinations, not an interval: the point estimate is given without one.
+MIN_PER_ARM = 5
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ def compare(
     if not n_base or not n_test:
         return None
     point = float(np.median(np.concatenate(test_strata)) / np.median(np.concatenate(base_strata)) - 1)
+    if min(n_base, n_test) < MIN_PER_ARM:
+        return Difference(point, float("nan"), float("nan"), confidence, n_base, n_test, None)
     rng = np.random.default_rng(seed)
     ratios = _median_by_resample(test_strata, rng, resamples) / _median_by_resample(base_strata, rng, resamples) - 1
     alpha = 1 - confidence
@@ -109,6 +114,11 @@ def verdict(diff: Difference | None, base: str, test: str, metric: str, lower_is
     """One line a reviewer can quote: who is faster, by how much, and how sure."""
     if diff is None:
         return f"{metric}: no samples in one arm; nothing to compare"
+    if np.isnan(diff.low):
+        return (
+            f"{metric}: {test} vs {base}: {diff.relative:+.1%}, too few samples for an interval "
+            f"({diff.n_base}+{diff.n_test}; at least {MIN_PER_ARM} per arm)"
+        )
     if not diff.resolved:
         return (
             f"{metric}: no difference resolved at this sample size "

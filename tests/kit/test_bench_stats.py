@@ -95,6 +95,12 @@ def test_the_requests_needed_for_five_percent_follow_the_spread():
     assert resolved >= 30
 
 
+def test_too_few_samples_give_the_estimate_without_an_interval():
+    diff = stats.compare([[10.0, 10.5]], [[8.0, 8.4]])  # two rounds of throughput, say
+    assert diff.relative == pytest.approx(8.2 / 10.25 - 1) and not diff.resolved and diff.needed_per_arm is None
+    assert "too few samples for an interval (2+2; at least 5 per arm)" in stats.verdict(diff, "a", "b", "x")
+
+
 def test_no_samples_in_an_arm_is_no_comparison_not_a_crash():
     assert stats.compare([[]], [[1.0, 2.0]]) is None
     assert "nothing to compare" in stats.verdict(None, "a", "b", "ITL")
