@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from matrix import hostinfo  # noqa: E402
-from matrix.cells import CELLS, select  # noqa: E402
-from matrix.plan import plan_cells  # noqa: E402
+from matrix.cells import CELLS, MatrixError, select  # noqa: E402
+from matrix.plan import cell_pytest_args, plan_cells  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 from tools import docker_smoke as smoke  # noqa: E402
 
@@ -119,14 +119,7 @@ def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("te
         "-m",
         "pytest",
         *tests,
-        "--cells",
-        pattern,
-        "-o",
-        "junit_family=xunit1",
-        f"--junitxml={raw}",
-        f"--probe-out={probe_out}",
-        "-q",
-        "-rfEX",
+        *cell_pytest_args(pattern, str(raw), str(probe_out)),
         *pytest_args,
         success_codes=[0, 1],
     )
@@ -329,11 +322,11 @@ def bench(session: nox.Session) -> None:
         session.install("-e", ".[bench]")
     else:
         (plan,) = plan_cells(select(bench_args.cell), hostinfo.detect(hostinfo.collect_facts()))
-        if not plan.execution.uses_gpu:
-            session.error(
-                f"{plan.cell} cannot serve vLLM here: {plan.execution} ({plan.reason}); add `-- --server fake` to run "
-                "the benchmark against the kit's test server instead"
-            )
+        try:
+            # Checked before installing vLLM's full stack (GBs) for nothing.
+            plan.require_gpu("serve vLLM", "add `-- --server fake` to run the benchmark against the kit's test server")
+        except MatrixError as exc:
+            session.error(str(exc))
         _install(session, args.vllm, full=True)
     session.run("python", "-m", "repro", "bench", "--cell", bench_args.cell, "--server", bench_args.server, *rest)
 

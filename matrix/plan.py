@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from matrix.cells import Cell, Host
+from matrix.cells import Cell, Host, MatrixError
 from matrix.hostinfo import DetectedHost
 
 
@@ -28,6 +28,11 @@ class CellPlan:
     cell: Cell
     execution: Execution
     reason: str
+
+    def require_gpu(self, doing: str, instead: str) -> None:
+        """Refuse in one line to ``doing`` what needs the cell's GPU where there is none for it."""
+        if not self.execution.uses_gpu:
+            raise MatrixError(f"{self.cell} cannot {doing} here: {self.execution} ({self.reason}); {instead}")
 
     def as_dict(self) -> dict[str, str]:
         return {
@@ -64,3 +69,16 @@ def plan_cell(cell: Cell, here: DetectedHost, require_native: bool = False) -> C
 
 def plan_cells(cells: list[Cell], here: DetectedHost, require_native: bool = False) -> list[CellPlan]:
     return [plan_cell(cell, here, require_native) for cell in cells]
+
+
+def cell_pytest_args(pattern: str, junitxml: str, probe_out: str) -> list[str]:
+    """What a cell session passes pytest, on the host or inside an image (before any tests or options of its own).
+
+    xunit1 keeps the properties each case carries (cell, gate key, observed value), which the split reads.
+    """
+    return [
+        *("--cells", pattern, "-o", "junit_family=xunit1"),
+        f"--junitxml={junitxml}",
+        f"--probe-out={probe_out}",
+        *("-q", "-rfEX"),
+    ]

@@ -69,7 +69,7 @@ def render(report: Report, limit: int = STEP_SUMMARY_LIMIT) -> str:
             for line in report.evidence(cell) or ["no result"]:
                 evidence[line] = evidence.get(line, 0) + 1
         body += [f"Evidence: {md(line)} ({n} cells)" for line, n in evidence.items()] + [""]
-        benches = [(cell.cell.id, report.bench(cell)) for cell in report.versions[vllm] if report.bench(cell)]
+        benches = [(cell.cell.id, bench) for cell in report.versions[vllm] if (bench := report.bench(cell))]
         body += [f"- `{cell}`: {md(bench.line)}" for cell, bench in benches] + ([""] if benches else [])
     if report.changes:
         body += ["## Changes across releases", ""]

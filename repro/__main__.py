@@ -15,6 +15,9 @@ from repro import container, gate, offload, probe
 
 BUILD = Path(__file__).resolve().parent.parent / "build"
 
+BENCH_WITHOUT_GPU = (
+    "run it on the cell's GPU, or add --server fake to exercise the benchmark against the kit's test server"
+)
 SHOWN = ("imports", "platform_pin", "pin", "uva", "warning", "v2_buffer", "offload_path")
 
 
@@ -58,12 +61,7 @@ def cmd_tiny_model(args) -> int:
 def cmd_offload_graph(args) -> int:
     cell = Cell.parse(args.cell)
     (plan,) = plan_cells([cell], hostinfo.detect(hostinfo.collect_facts()))
-    if not plan.execution.uses_gpu:
-        print(
-            f"error: {cell} cannot run here: {plan.execution} ({plan.reason}); run it on the cell's GPU",
-            file=sys.stderr,
-        )
-        return 2
+    plan.require_gpu("run", "run it on the cell's GPU")
     from repro.tinymodel import tiny_model
 
     run = offload.EngineRun(cell, args.pin_env, True, plan.execution is not Execution.NATIVE, args.minimal)
@@ -125,11 +123,8 @@ def cmd_bench(args) -> int:
 
     here = hostinfo.detect(hostinfo.collect_facts())
     (plan,) = plan_cells([Cell.parse(args.cell)], here)
-    if args.server == "vllm" and not plan.execution.uses_gpu:
-        raise MatrixError(
-            f"{plan.cell} cannot serve vLLM here: {plan.execution} ({plan.reason}); "
-            "run it on the cell's GPU, or add --server fake to exercise the benchmark against the kit's test server"
-        )
+    if args.server == "vllm":
+        plan.require_gpu("serve vLLM", BENCH_WITHOUT_GPU)
     model = args.model or (str(tiny_model(Path(args.cache))) if args.server == "vllm" else "wslpin-tiny")
     config_json = Path(model) / "config.json"
     vocab = json.loads(config_json.read_text())["vocab_size"] if config_json.is_file() else 512

@@ -38,7 +38,7 @@ from matrix import hostinfo
 from matrix.cells import Cell, Host, Stack
 from matrix.hostinfo import DetectedHost, kit_commit, runner_name
 from matrix.junit import RunInfo, write_cell_results
-from matrix.plan import CellPlan, plan_cells
+from matrix.plan import CellPlan, cell_pytest_args, plan_cells
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 KIT = "/kit"
@@ -111,19 +111,10 @@ def container_spec(
     raw = f"{RESULTS}/{scratch_dir(results, name).name}"
     script = f"python3 -m matrix env --out {raw}/env.json && exec " + shlex.join(
         [
-            "python3",
-            "-m",
-            "pytest",
-            "--cells",
-            pattern,
-            "-o",
-            "junit_family=xunit1",
-            f"--junitxml={raw}/junit.xml",
-            f"--probe-out={RESULTS}/{name}.probe.json",
+            *("python3", "-m", "pytest"),
             # The kit is mounted read-only; the tiny model is built in the container.
             "--model-cache=/tmp/wslpin-kit-build",
-            "-q",
-            "-rfEX",
+            *cell_pytest_args(pattern, f"{raw}/junit.xml", f"{RESULTS}/{name}.probe.json"),
             *pytest_args,
         ]
     )

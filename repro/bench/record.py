@@ -54,24 +54,21 @@ def _comparison(diff: stats.Difference | None, base: str, test: str, metric: str
 
 def _level(run: BenchRun, concurrency: int) -> dict:
     base, test = (arm.name for arm in run.config.arms)
+    per_round = {arm: run.requests(arm, concurrency) for arm in (base, test)}
     arms, comparisons = {}, {}
     for arm in (base, test):
-        per_round = run.requests(arm, concurrency)
+        # A level with a failed request ends the run unstored: what is here all succeeded.
         done = [ar.levels[concurrency] for ar in run.rounds if ar.arm == arm and concurrency in ar.levels]
-        ok: list[RequestRecord] = [r for rnd in per_round for r in rnd]
+        ok: list[RequestRecord] = [r for rnd in per_round[arm] for r in rnd]
         arms[arm] = {
             "requests": len(ok),
-            "failed": sum(len(d.failed) for d in done),
             "itl_tokens_ms": asdict(stats.Spread.of([x for r in ok for x in r.itl_ms])),
             **{metric: asdict(stats.Spread.of([value(r) for r in ok])) for metric, (value, _) in METRICS.items()},
             "output_tokens_per_s": [d.output_tokens_per_s for d in done],
         }
     for i, (metric, (value, lower)) in enumerate(METRICS.items()):
-        diff = stats.compare(
-            [[value(r) for r in rnd] for rnd in run.requests(base, concurrency)],
-            [[value(r) for r in rnd] for rnd in run.requests(test, concurrency)],
-            seed=run.config.seed + i,
-        )
+        base_values, test_values = ([[value(r) for r in rnd] for rnd in per_round[arm]] for arm in (base, test))
+        diff = stats.compare(base_values, test_values, seed=run.config.seed + i)
         comparisons[metric] = _comparison(diff, base, test, metric.removesuffix("_ms").upper(), lower)
     # Throughput is one figure per round: its interval is over rounds, and wide with few of them.
     throughput = stats.compare([arms[base]["output_tokens_per_s"]], [arms[test]["output_tokens_per_s"]])

@@ -157,16 +157,15 @@ class BenchRun:
 
 def _profile_arm(config: BenchConfig, server: servers.Server, profile_dir: Path) -> profile.StepProfile | str:
     """One request under the profiler; the trace's figures, or why there are none."""
+    url = server.spec.base_url
     before = set(profile_dir.rglob("*.json*")) if profile_dir.exists() else set()
+    prompt = client.make_prompts(1, config.input_len, config.vocab, (config.seed, 0, 1))
     try:
-        for endpoint in ("start_profile", "stop_profile"):
-            request = urllib.request.Request(f"{server.spec.base_url}/{endpoint}", method="POST")
-            urllib.request.urlopen(request, timeout=60).close()
-            if endpoint == "start_profile":
-                prompt = client.make_prompts(1, config.input_len, config.vocab, (config.seed, 0, 1))
-                run = client.run_level(server.spec.base_url, config.model, prompt, 1, config.output_len, 60)
-                if run.failed:
-                    return f"the profiled request failed: {run.failed[0].error}"
+        urllib.request.urlopen(urllib.request.Request(f"{url}/start_profile", method="POST"), timeout=60).close()
+        run = client.run_level(url, config.model, prompt, 1, config.output_len, 60)
+        urllib.request.urlopen(urllib.request.Request(f"{url}/stop_profile", method="POST"), timeout=60).close()
+        if run.failed:
+            return f"the profiled request failed: {run.failed[0].error}"
     except OSError as e:
         return f"the server refused profiling ({e})"
     # vLLM writes the trace when profiling stops, sometimes a moment after answering.
