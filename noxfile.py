@@ -36,8 +36,11 @@ nox.options.reuse_venv = "yes"
 # Every session stays selected by default so that `nox -l --json`, which lists
 # only selected sessions, gives the workflows all 24 cells.
 
-# vLLM's gate code needs torch, never a GPU: a CPU build is enough (see requirements/gate.txt).
+# vLLM's gate code needs torch, never a GPU: a CPU build is enough (see requirements/gate.in).
 GATE_TORCH = "torch==2.13.0"
+GATE_LOCK = "requirements/gate.txt"
+# The gate lock resolves as of this date, so `nox -s lock` writes the same file until its inputs change.
+LOCK_AS_OF = "2026-11-30T00:00:00Z"
 RESULTS = ROOT / "results"
 REPORT = ROOT / "build" / "report"
 
@@ -82,7 +85,7 @@ def _install_vllm(session: nox.Session, install, vllm: str, full: bool) -> None:
     if full:
         requirement = [f"vllm=={vllm}"]
     else:
-        install("--no-deps", "-r", "requirements/gate.txt")
+        install("--no-deps", "-r", GATE_LOCK)
         install(GATE_TORCH)
         requirement = ["--no-deps", f"vllm=={vllm}"]
     try:
@@ -350,7 +353,7 @@ SMOKE = ROOT / "build" / "docker-smoke"
 
 def _smoke_image(session: nox.Session, docker_host: str) -> str:
     """The gate-only vLLM install in a Debian image made here (rootfs tarball cached under build/docker-smoke/)."""
-    recipe = [smoke.SUITE, VLLM_VERSION, GATE_TORCH, (ROOT / "requirements" / "gate.txt").read_text()]
+    recipe = [smoke.SUITE, VLLM_VERSION, GATE_TORCH, (ROOT / GATE_LOCK).read_text()]
     key = hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
 
     def install(site: Path) -> None:
@@ -380,6 +383,30 @@ def docker_smoke(session: nox.Session) -> None:
         env = {"DOCKER_HOST": docker_host, "WSLPIN_SMOKE_IMAGE": image}
         session.run("python", "-m", "pytest", "tests/kit/test_container.py", "-rs", *session.posargs, env=env)
     session.log(f"docker_smoke took {time.perf_counter() - started:.0f} s")
+
+
+@nox.session(default=False)
+def lock(session: nox.Session) -> None:
+    """Regenerate the gate lock requirements/gate.txt from requirements/gate.in (uv pip compile, every platform)."""
+    session.install("uv==0.13.9")
+    session.run(
+        "uv",
+        "pip",
+        "compile",
+        "requirements/gate.in",
+        "--excludes",
+        "requirements/gate-excludes.txt",
+        "--universal",
+        "--python-version",
+        "3.11",
+        "--exclude-newer",
+        LOCK_AS_OF,
+        "--custom-compile-command",
+        "nox -s lock",
+        "--quiet",
+        "--output-file",
+        GATE_LOCK,
+    )
 
 
 @nox.session

@@ -67,3 +67,16 @@ def classify(text: str) -> FailureKind:
         if pattern.search(text or ""):
             return kind
     return FailureKind.OTHER
+
+
+def torch_at_fault(traceback_text: str) -> bool:
+    """Whether an import failure ends in torch: its exception names torch, or its last frame is torch's.
+
+    Under a torch other than the one a vLLM release pins, such a failure says nothing about vLLM.
+    """
+    lines = [line for line in (traceback_text or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return False
+    frames = [line for line in lines if line.lstrip().startswith('File "')]
+    last_frame_in_torch = bool(frames) and re.search(r"[/\\]torch[/\\]", frames[-1]) is not None
+    return last_frame_in_torch or re.search(r"\btorch\b", lines[-1]) is not None

@@ -189,7 +189,11 @@ def environment_record(facts: HostFacts, pinned_allocation: dict | None = None) 
             "tools": dict(facts.tools),
             "pinned_allocation": pinned_allocation,
         },
-        "packages": {"torch": facts.torch, "vllm": facts.vllm},
+        "packages": {
+            "torch": facts.torch,
+            "vllm": facts.vllm,
+            "torch_mismatch": torch_mismatch(facts.torch, facts.vllm),
+        },
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
         "environment": redact(facts.environ),
     }
@@ -261,7 +265,7 @@ def _amd_gpus(amd_smi: str | None, rocm_smi: str | None) -> tuple[Gpu, ...]:
     return ()
 
 
-def _torch_info() -> dict[str, str | None] | None:
+def torch_info() -> dict[str, str | None] | None:
     """torch's version and build, read from its files without importing it."""
     try:
         dist = metadata.distribution("torch")
@@ -281,7 +285,7 @@ def _torch_info() -> dict[str, str | None] | None:
     return info
 
 
-def _vllm_info() -> dict[str, str | None] | None:
+def vllm_info() -> dict[str, str | None] | None:
     try:
         dist = metadata.distribution("vllm")
     except metadata.PackageNotFoundError:
@@ -293,7 +297,36 @@ def _vllm_info() -> dict[str, str | None] | None:
         commit = match.group(1) if match else None
     except OSError:
         pass
-    return {"version": dist.version, "commit": commit}
+    return {"version": dist.version, "commit": commit, "requires_torch": _torch_requirement(dist.requires or [])}
+
+
+def _torch_requirement(requires: list[str]) -> str | None:
+    """The torch specifier in vLLM's own metadata (e.g. ``==2.14.0``), ignoring extras' requirements."""
+    for line in requires:
+        match = re.match(r"torch(?:\s*\[[^\]]*\])?\s*(?P<spec>[<>=!~][^;]*)?(?:;(?P<marker>.*))?$", line.strip())
+        if match and "extra" not in (match.group("marker") or ""):
+            return (match.group("spec") or "").strip() or None
+    return None
+
+
+def torch_mismatch(torch: dict | None, vllm: dict | None) -> bool | None:
+    """Whether the installed torch falls outside the one vLLM's metadata asks for; None when unknown.
+
+    The gate installs a CPU torch that may differ from the release's pin (a GPU-less
+    machine cannot have the CUDA build it names); results must say so.
+    """
+    spec = (vllm or {}).get("requires_torch")
+    if not spec or not torch or not torch.get("version"):
+        return None
+    # Imported here, not at the top: `python -m matrix plan` must run on a bare python3.
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        installed = Version(Version(torch["version"]).public)
+        return installed not in SpecifierSet(spec, prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return None
 
 
 def collect_facts() -> HostFacts:
@@ -315,8 +348,8 @@ def collect_facts() -> HostFacts:
         amd_gpus=_amd_gpus(tools["amd-smi"], tools["rocm-smi"]),
         tools=tools,
         wsl_exe_version=_run([tools["wsl.exe"], "--version"]) if tools["wsl.exe"] else None,
-        torch=_torch_info(),
-        vllm=_vllm_info(),
+        torch=torch_info(),
+        vllm=vllm_info(),
     )
 
 

@@ -35,8 +35,10 @@ class RunInfo:
 
 def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
     cell, env = plan.cell, run.env
-    torch = env.get("packages", {}).get("torch") or {}
-    vllm = env.get("packages", {}).get("vllm") or {}
+    packages = env.get("packages", {})
+    torch = packages.get("torch") or {}
+    vllm = packages.get("vllm") or {}
+    mismatch = packages.get("torch_mismatch")
     devices = env.get("gpu", {}).get("devices") or [{}]
     torch_build = f"cuda {torch['cuda']}" if torch.get("cuda") else f"hip {torch['hip']}" if torch.get("hip") else "cpu"
     image = {"image": run.image, "image_digest": run.image_digest} if run.image else {}
@@ -53,6 +55,9 @@ def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
         "vllm_commit": vllm.get("commit") or "",
         "torch_version": torch.get("version") or "not installed",
         "torch_build": torch_build if torch else "",
+        # A GPU-less gate runs a CPU torch that can differ from the torch the vLLM release pins.
+        "vllm_requires_torch": f"torch{vllm['requires_torch']}" if vllm.get("requires_torch") else "",
+        "torch_mismatch": "unknown" if mismatch is None else str(mismatch).lower(),
         "kernel_release": env.get("kernel", {}).get("release", ""),
         "wsl": str(env.get("wsl", {}).get("is_wsl", False)).lower(),
         "detected_host": env.get("host", {}).get("detected", ""),

@@ -33,6 +33,8 @@ PROVENANCE = (
     ("vLLM commit", "vllm_commit"),
     ("torch", "torch_version"),
     ("torch build", "torch_build"),
+    ("vLLM asks for", "vllm_requires_torch"),
+    ("torch mismatch", "torch_mismatch"),
     ("kernel", "kernel_release"),
     ("WSL", "wsl"),
     ("GPU", "gpu"),

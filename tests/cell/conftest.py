@@ -62,6 +62,17 @@ def vllm_version() -> str | None:
 
 
 @pytest.fixture(scope="session")
+def torch_pin() -> str | None:
+    """vLLM's own torch requirement when the installed torch is outside it (a gate's CPU torch), else None."""
+    torch, vllm = hostinfo.torch_info(), hostinfo.vllm_info()
+    return (
+        f"torch{vllm['requires_torch']} (installed: {torch['version']})"
+        if hostinfo.torch_mismatch(torch, vllm)
+        else None
+    )
+
+
+@pytest.fixture(scope="session")
 def rules():
     return load_rules()
 

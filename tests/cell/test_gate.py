@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from matrix.failures import torch_at_fault
 from repro.gate import GateRequest
 
 
@@ -11,7 +12,7 @@ def _answer(gate_outcomes, plans, cell, pin_env):
     return gate_outcomes[GateRequest.for_cell(cell, pin_env, plans[cell].execution)]
 
 
-def test_vllm_imports(expect, tag, gate_outcomes, plans, cell, pin_env, vllm_version):
+def test_vllm_imports(expect, tag, gate_outcomes, plans, cell, pin_env, vllm_version, torch_pin):
     """vLLM imports under the cell's host (0.25 raised a circular import on WSL)."""
     if vllm_version is None:
         pytest.fail("vLLM is not installed in this environment: run the cell through nox, which installs it")
@@ -21,7 +22,14 @@ def test_vllm_imports(expect, tag, gate_outcomes, plans, cell, pin_env, vllm_ver
         pytest.fail(f"no answer from vLLM under this host ({outcome.status}): {outcome.detail}\n{outcome.log}")
     answer = outcome.value
     tag("platform_class", answer.get("platform_class", ""))
-    expect("imports", answer["imports"], "\n" + answer.get("import_error", ""))
+    error = answer.get("import_error", "")
+    if not answer["imports"] and torch_pin and torch_at_fault(error):
+        tag("failure_kind", "torch-mismatch")
+        pytest.skip(
+            f"torch mismatch: vLLM {vllm_version} asks for {torch_pin} and its import failed in torch, "
+            f"which says nothing about vLLM; run the cell with the torch vLLM pins: {error.strip().splitlines()[-1]}"
+        )
+    expect("imports", answer["imports"], "\n" + error)
 
 
 def test_gate_value(expect, tag, gate_outcomes, plans, cell, pin_env, gate_key, vllm_version):
