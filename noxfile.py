@@ -28,6 +28,7 @@ from matrix import hostinfo  # noqa: E402
 from matrix.cells import CELLS, MatrixError, select  # noqa: E402
 from matrix.plan import cell_pytest_args, plan_cells  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
+from tools import clean_machine as clean  # noqa: E402
 from tools import docker_smoke as smoke  # noqa: E402
 
 nox.needs_version = ">=2025.5.1"
@@ -357,11 +358,26 @@ def _smoke_image(session: nox.Session, docker_host: str) -> str:
     key = hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
 
     def install(site: Path) -> None:
-        _install_vllm(session, lambda *args: session.install("--target", str(site), *args), VLLM_VERSION, full=False)
+        # Copies, not hard links into uv's cache: tar once failed with "file changed as we
+        # read it" while another install linked the same cached file.
+        copying = functools.partial(session.install, "--target", str(site), env={"UV_LINK_MODE": "copy"})
+        _install_vllm(session, copying, VLLM_VERSION, full=False)
 
     run = functools.partial(session.run, external=True)
-    tarball = smoke.rootfs_tarball(SMOKE, key, install, run)
+    tarball = smoke.rootfs_tarball(SMOKE, key, run, install=install)
     return smoke.load_image(docker_host, tarball, f"wslpin-smoke:{key}", run)
+
+
+def _docker_engine(stack: contextlib.ExitStack, run, log: Path) -> str:
+    """The engine at DOCKER_HOST or the default socket; else Debian's dockerd, started here until ``stack`` closes."""
+    docker_host = smoke.existing_engine(dict(os.environ))
+    if docker_host is None:
+        smoke.apt_install("docker.io", "debootstrap", run=run)
+        state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-dockerd-")))
+        log.parent.mkdir(parents=True, exist_ok=True)
+        docker_host = stack.enter_context(smoke.private_engine(state, log))
+    smoke.apt_install("debootstrap", run=run)
+    return docker_host
 
 
 @nox.session(python="3.11", default=False)
@@ -371,18 +387,33 @@ def docker_smoke(session: nox.Session) -> None:
     started = time.perf_counter()
     run = functools.partial(session.run, external=True)
     with contextlib.ExitStack() as stack:
-        docker_host = smoke.existing_engine(dict(os.environ))
-        if docker_host is None:
-            smoke.apt_install("docker.io", "debootstrap", run=run)
-            state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-dockerd-")))
-            SMOKE.mkdir(parents=True, exist_ok=True)
-            docker_host = stack.enter_context(smoke.private_engine(state, SMOKE / "dockerd.log"))
-        smoke.apt_install("debootstrap", run=run)
+        docker_host = _docker_engine(stack, run, SMOKE / "dockerd.log")
         image = _smoke_image(session, docker_host)
         session.log(f"engine and image {image} ready in {time.perf_counter() - started:.0f} s")
         env = {"DOCKER_HOST": docker_host, "WSLPIN_SMOKE_IMAGE": image}
         session.run("python", "-m", "pytest", "tests/kit/test_container.py", "-rs", *session.posargs, env=env)
     session.log(f"docker_smoke took {time.perf_counter() - started:.0f} s")
+
+
+CLEAN = ROOT / "build" / "clean-machine"
+
+
+@nox.session(default=False)
+def clean_machine(session: nox.Session) -> None:
+    """The README's fresh-machine commands in a bare Debian container: a fresh clone, a new HOME, empty caches."""
+    run = functools.partial(session.run, external=True)
+    with contextlib.ExitStack() as stack:
+        docker_host = _docker_engine(stack, run, CLEAN / "dockerd.log")
+        key = hashlib.sha256("\n".join((smoke.SUITE, *clean.PACKAGES)).encode()).hexdigest()[:12]
+        tarball = smoke.rootfs_tarball(CLEAN, key, run, packages=clean.PACKAGES)
+        image = smoke.load_image(docker_host, tarball, f"wslpin-clean:{key}", run)
+        home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-clean-home-")))
+        clean.fresh_clone(ROOT, home / "kit", run)
+        try:
+            commands = clean.readme_commands((home / "kit" / "README.md").read_text())
+        except clean.ReadmeError as exc:
+            session.error(str(exc))
+        run(*clean.docker_run(docker_host, image, home, commands))
 
 
 @nox.session(default=False)

@@ -107,18 +107,30 @@ def debian_mirror(apt: Path = APT_SOURCES) -> str:
     raise RuntimeError(f"no Debian archive in {apt}/sources.list or {apt}/sources.list.d/*.sources")
 
 
-def rootfs_tarball(cache: Path, key: str, install: Callable[[Path], None], run: Callable[..., object]) -> Path:
-    """``cache/rootfs-<key>.tar``: debootstrap's minimal bookworm with python3, plus ``install(site_packages)``."""
+def rootfs_tarball(
+    cache: Path,
+    key: str,
+    run: Callable[..., object],
+    packages: tuple[str, ...] = ("python3",),
+    install: Callable[[Path], None] | None = None,
+) -> Path:
+    """``cache/rootfs-<key>.tar``: debootstrap's minimal bookworm with ``packages``, plus ``install(site_packages)``."""
     tarball = cache / f"rootfs-{key}.tar"
     if tarball.exists():
         return tarball
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".rootfs-") as tmp:
         root = Path(tmp) / "root"
-        run("debootstrap", "--variant=minbase", "--include=python3", SUITE, str(root), debian_mirror(), silent=True)
-        # Debian's python3 reads /usr/local/lib/python3.X/dist-packages: vLLM in the image's
-        # system Python, the way vllm/vllm-openai has it.
-        install(root / "usr/local/lib/python3.11/dist-packages")
+        include = f"--include={','.join(packages)}"
+        run("debootstrap", "--variant=minbase", include, SUITE, str(root), debian_mirror(), silent=True)
+        if install is not None:
+            # Debian's python3 reads /usr/local/lib/python3.X/dist-packages: vLLM in the image's
+            # system Python, the way vllm/vllm-openai has it.
+            site = root / "usr/local/lib/python3.11/dist-packages"
+            install(site)
+            linked = next((f for f in site.rglob("*") if f.is_file() and f.stat().st_nlink > 1), None)
+            if linked is not None:
+                raise RuntimeError(f"{linked} is a hard link: the rootfs must hold copies (set UV_LINK_MODE=copy)")
         partial = cache / f".rootfs-{key}.tar.partial"
         run("tar", "-C", str(root), "-cf", str(partial), ".")
         partial.rename(tarball)
