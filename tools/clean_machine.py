@@ -39,7 +39,7 @@ def readme_commands(readme: str) -> list[str]:
 
 def script(commands: list[str]) -> str:
     """One bash script: the commands in the kit's clone, in order, each timed; the first failure stops it."""
-    lines = ["set -eo pipefail", f"cd {HOME}/kit"]
+    lines = ["set -eo pipefail", 'cd "$HOME/kit"']
     for command in commands:
         lines += [
             f"echo {shlex.quote(f'[clean machine] $ {command}')}",
@@ -56,12 +56,11 @@ def fresh_clone(repo: Path, into: Path, run: Callable[..., object]) -> None:
 
 
 def docker_run(docker_host: str, image: str, home: Path, commands: list[str]) -> list[str]:
-    """The ``docker run`` that runs ``commands`` in ``image`` with ``home`` (holding ``kit/``) as HOME."""
+    """Write the script into ``home`` (which holds ``kit/``); the ``docker run`` that runs it there as HOME."""
+    (home / "clean-machine.sh").write_text(script(commands))
     argv = ["docker", "--host", docker_host, "run", "--rm", "--network", "host", "-v", f"{home}:{HOME}"]
     argv += ["-e", f"HOME={HOME}"]
     if CA_BUNDLE.exists():
-        trust = ["-v", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"]
         # pip trusts its own certifi copy and uv its built-in roots unless told to use this file.
-        trust += ["-e", f"PIP_CERT={CA_BUNDLE}", "-e", f"SSL_CERT_FILE={CA_BUNDLE}"]
-        argv += trust
-    return [*argv, image, "bash", "-c", script(commands)]
+        argv += ["-v", f"{CA_BUNDLE}:{CA_BUNDLE}:ro", "-e", f"PIP_CERT={CA_BUNDLE}", "-e", f"SSL_CERT_FILE={CA_BUNDLE}"]
+    return [*argv, image, "bash", f"{HOME}/clean-machine.sh"]

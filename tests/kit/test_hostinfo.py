@@ -141,7 +141,7 @@ def test_env_and_plan_work_on_a_bare_python(tmp_path):
     env = subprocess.run([python, "-m", "matrix", "env"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert env.returncode == 0, env.stderr
     record = json.loads(env.stdout)
-    assert record["packages"] == {"torch": None, "vllm": None}
+    assert record["packages"] == {"torch": None, "vllm": None, "torch_mismatch": None}
     plan = subprocess.run(
         [python, "-m", "matrix", "plan", "--cell", "cuda-wsl2new-v2-graph"],
         cwd=ROOT,
