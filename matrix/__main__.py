@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command_line(build_parser(), argv)
+    return run_command_line(build_parser, argv)
 
 
 if __name__ == "__main__":

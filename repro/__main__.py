@@ -11,7 +11,7 @@ from pathlib import Path
 from matrix import hostinfo
 from matrix.cells import Cell, MatrixError, run_command_line, select
 from matrix.plan import Execution, plan_cells
-from repro import container, gate, offload, probe
+from repro import offload, probe
 
 BUILD = Path(__file__).resolve().parent.parent / "build"
 
@@ -22,6 +22,8 @@ SHOWN = ("imports", "platform_pin", "pin", "uva", "warning", "v2_buffer", "offlo
 
 
 def cmd_gate(args) -> int:
+    from repro import gate
+
     plans = plan_cells(select(args.cells), hostinfo.detect(hostinfo.collect_facts()))
     requests = gate.requests_for(plans)
     started = time.perf_counter()
@@ -163,6 +165,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_container(args) -> int:
+    from repro import container
+
     cells = select(args.cells)
     pytest_args = tuple(args.pytest_args) or container.CELL_TESTS
     outcome = container.run_in_image(cells, args.image, Path(args.results), args.timeout, pytest_args)
@@ -173,7 +177,11 @@ def cmd_container(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    # gate and container need the kit's dependencies (packaging, junitparser): imported here, inside
+    # run_command_line, a Python without them gets one line saying how to install them, not a traceback.
+    from repro import container, gate
+
     parser = argparse.ArgumentParser(prog="python -m repro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("gate", help="what vLLM decides about pinned memory for each host the cells need; timed")
@@ -230,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("tiny-model", help="build (or find) the tiny local Llama and print its directory")
     t.add_argument("--cache", default=str(BUILD))
     t.set_defaults(func=cmd_tiny_model)
-    return run_command_line(parser, argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command_line(build_parser, argv)
 
 
 if __name__ == "__main__":
