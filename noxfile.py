@@ -137,6 +137,7 @@ def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("te
         str(RESULTS),
         "--started-at",
         started,
+        "--crashed-if-missing",
     )
     session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(RESULTS), "--strict")
 
@@ -278,6 +279,7 @@ def history(session: nox.Session) -> None:
             str(RESULTS / "history" / version),
             "--started-at",
             stamp,
+            "--crashed-if-missing",
             external=True,
         )
         timings.append((version, installed - started, time.perf_counter() - installed))

@@ -5,7 +5,7 @@ import subprocess
 import venv
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_module
 
 BENCH = ("bench", "--cell", "cuda-wsl2new-v2-graph", "--server", "fake")
 
@@ -47,3 +47,45 @@ def test_a_python_without_the_kits_dependencies_says_how_to_get_them(bare_python
     assert f"has no module {missing!r}" in line
     assert "pip install -e '.[test]'" in line and str(ROOT / ".nox" / "tests" / "bin" / "python") in line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def env_record(tmp_path_factory):
+    path = tmp_path_factory.mktemp("env") / "env.json"
+    assert run_module("matrix", "env", "--out", str(path)).returncode == 0
+    return path
+
+
+def test_split_of_a_file_that_does_not_exist_refuses_and_writes_nothing(tmp_path, env_record):
+    done = run_module("matrix", "split", str(tmp_path / "absent.xml"), "--env", str(env_record), "--out", str(tmp_path))
+    line = one_error_line(done)
+    assert f"{tmp_path / 'absent.xml'} does not exist: give the JUnit file pytest wrote" in line
+    assert "--crashed-if-missing" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_split_of_a_truncated_file_refuses_and_writes_nothing(tmp_path, env_record):
+    raw = tmp_path / "junit.xml"
+    raw.write_text('<testsuites><testsuite name="pytest"><testcase classname="x" name')
+    out = tmp_path / "results"
+    line = one_error_line(run_module("matrix", "split", str(raw), "--env", str(env_record), "--out", str(out)))
+    assert f"{raw} is not a JUnit file (unclosed token: line 1" in line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("{garbage", "is not JSON (Expecting property name"),
+        ('["a list"]', "is not an environment record (schema wslpin-kit.env/1)"),
+        ('{"schema": "something/9"}', "is not an environment record (schema wslpin-kit.env/1)"),
+    ],
+)
+def test_split_with_a_garbage_env_record_refuses_and_writes_nothing(tmp_path, text, says):
+    env, out = tmp_path / "env.json", tmp_path / "results"
+    env.write_text(text)
+    line = one_error_line(
+        run_module("matrix", "split", str(tmp_path / "junit.xml"), "--env", str(env), "--out", str(out))
+    )
+    assert f"--env {env} {says}" in line and f"`python -m matrix env --out {env}`" in line
+    assert not out.exists()
