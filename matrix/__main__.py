@@ -170,7 +170,12 @@ def cmd_report(args) -> int:
     except InputError as exc:
         raise MatrixError(str(exc)) from None
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise MatrixError(
+            f"--out {out}: a file is in the way ({exc.strerror}): give a directory for the three outputs"
+        ) from None
     (out / "COMPATIBILITY.md").write_text(render_md.render(report))
     render_html.write(report, out / "index.html")
     render_json.write(report, out / "compat.json")

@@ -118,11 +118,45 @@ def _ints(text: str) -> tuple[int, ...]:
     return values
 
 
+# Zero rounds or requests would measure nothing and still write an "ok" record over the last one.
+BENCH_ABOVE_ZERO = (
+    "rounds",
+    "requests",
+    "input_len",
+    "output_len",
+    "max_model_len",
+    "kv_cache_bytes",
+    "start_timeout",
+    "request_timeout",
+)
+BENCH_NOT_NEGATIVE = ("cpu_offload_gb", "seed")
+
+
+def _check_bench_numbers(args) -> None:
+    """One line for the first number the benchmark cannot run with, before anything starts or is written."""
+    for name in BENCH_ABOVE_ZERO + BENCH_NOT_NEGATIVE:
+        value = getattr(args, name)
+        above_zero = name in BENCH_ABOVE_ZERO
+        if value is not None and (value < 0 or (above_zero and value == 0)):
+            raise MatrixError(
+                f"--{name.replace('_', '-')} {value}: give a number {'above 0' if above_zero else '0 or more'}"
+            )
+    needed = args.input_len + args.output_len
+    if args.max_model_len is not None and args.max_model_len < needed:
+        raise MatrixError(
+            f"--max-model-len {args.max_model_len} is shorter than a request (--input-len + --output-len = {needed})"
+        )
+
+
 def cmd_bench(args) -> int:
+    # Before the benchmark's imports (numpy, matplotlib: seconds), so a mistyped number is answered at once.
+    _check_bench_numbers(args)
+    concurrency = _ints(args.concurrency)
     from repro.bench import markdown, plots, record
     from repro.bench.run import Arm, BenchConfig, run_bench
     from repro.tinymodel import tiny_model
 
+    arms = Arm.parse_all(args.arms)
     here = hostinfo.detect(hostinfo.collect_facts())
     (plan,) = plan_cells([Cell.parse(args.cell)], here)
     if args.server == "vllm":
@@ -134,11 +168,11 @@ def cmd_bench(args) -> int:
     config = BenchConfig(
         plan=plan,
         model=model,
-        arms=Arm.parse_all(args.arms),
+        arms=arms,
         out=out,
         server=args.server,
         rounds=args.rounds,
-        concurrency=_ints(args.concurrency),
+        concurrency=concurrency,
         requests=args.requests,
         input_len=args.input_len,
         output_len=args.output_len,

@@ -89,3 +89,35 @@ def test_split_with_a_garbage_env_record_refuses_and_writes_nothing(tmp_path, te
     )
     assert f"--env {env} {says}" in line and f"`python -m matrix env --out {env}`" in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (("--rounds", "0"), "--rounds 0: give a number above 0"),
+        (("--rounds", "-1"), "--rounds -1: give a number above 0"),
+        (("--requests", "0"), "--requests 0: give a number above 0"),
+        (("--output-len", "0"), "--output-len 0: give a number above 0"),
+        (("--request-timeout", "0"), "--request-timeout 0.0: give a number above 0"),
+        (("--seed", "-1"), "--seed -1: give a number 0 or more"),
+        (("--max-model-len", "64"), "--max-model-len 64 is shorter than a request (--input-len + --output-len = 256)"),
+        (("--concurrency", "1,0"), "--concurrency '1,0': give positive whole numbers"),
+    ],
+)
+def test_bench_refuses_numbers_it_cannot_run_with_before_writing(tmp_path, args, says):
+    (tmp_path / "bench.json").write_text("the previous run's record")
+    done = run_module("repro", *BENCH, "--out", str(tmp_path), *args)
+    assert says in one_error_line(done)
+    assert [p.name for p in tmp_path.iterdir()] == ["bench.json"]
+    assert (tmp_path / "bench.json").read_text() == "the previous run's record"
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_report_into_a_file_refuses_and_leaves_it_alone(tmp_path, under):
+    existing = tmp_path / "COMPATIBILITY.md"
+    existing.write_text("last week's table")
+    out = existing / under if under else existing
+    line = one_error_line(run_module("matrix", "report", "tests/corpus", "--out", str(out)))
+    assert f"--out {out}: a file is in the way" in line and "give a directory for the three outputs" in line
+    assert [p.name for p in tmp_path.iterdir()] == ["COMPATIBILITY.md"]
+    assert existing.read_text() == "last week's table"
