@@ -1,6 +1,7 @@
 """A newcomer's mistakes, through the real commands: one line that says what to do, the documented status,
 and nothing written or overwritten."""
 
+import json
 import subprocess
 import venv
 
@@ -121,3 +122,15 @@ def test_report_into_a_file_refuses_and_leaves_it_alone(tmp_path, under):
     assert f"--out {out}: a file is in the way" in line and "give a directory for the three outputs" in line
     assert [p.name for p in tmp_path.iterdir()] == ["COMPATIBILITY.md"]
     assert existing.read_text() == "last week's table"
+
+
+def test_nox_names_a_bad_cells_pattern_in_one_line_and_reports_it(tmp_path):
+    report = tmp_path / "nox.json"
+    done = run_module("nox", "--no-venv", "--report", str(report), "-s", "wsl_cuda_graph", "--", "--cells", "nope")
+    output = done.stdout + done.stderr
+    # nox's status for any session that did not succeed is 1; it has no other.
+    assert done.returncode == 1 and "Traceback" not in output
+    (line,) = [line for line in output.splitlines() if "nope" in line]
+    assert line.startswith("nox > Session wsl_cuda_graph aborted: --cells: bad cell id 'nope': expected stack-host")
+    (session,) = json.loads(report.read_text())["sessions"]
+    assert session["result"] == "aborted" and "bad cell id 'nope'" in session["reason"]
