@@ -100,7 +100,10 @@ def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("te
     args, pytest_args = _options(session)
     cells = select(pattern)
     if args.cells:
-        wanted = set(select(args.cells))
+        try:
+            wanted = set(select(args.cells))
+        except MatrixError as exc:
+            session.error(f"--cells: {exc}")
         cells = [cell for cell in cells if cell in wanted]
         if not cells:
             session.error(f"--cells {args.cells!r} names no cell of this session ({pattern})")
@@ -141,6 +144,7 @@ def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("te
         str(RESULTS),
         "--started-at",
         started,
+        "--crashed-if-missing",
     )
     session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(RESULTS), "--strict")
 
@@ -282,6 +286,7 @@ def history(session: nox.Session) -> None:
             str(RESULTS / "history" / version),
             "--started-at",
             stamp,
+            "--crashed-if-missing",
             external=True,
         )
         timings.append((version, installed - started, time.perf_counter() - installed))
@@ -325,8 +330,8 @@ def bench(session: nox.Session) -> None:
     if bench_args.server == "fake":
         session.install("-e", ".[bench]")
     else:
-        (plan,) = plan_cells(select(bench_args.cell), hostinfo.detect(hostinfo.collect_facts()))
         try:
+            (plan,) = plan_cells(select(bench_args.cell), hostinfo.detect(hostinfo.collect_facts()))
             # Checked before installing vLLM's full stack (GBs) for nothing.
             plan.require_gpu("serve vLLM", "add `-- --server fake` to run the benchmark against the kit's test server")
         except MatrixError as exc:

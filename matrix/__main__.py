@@ -89,15 +89,32 @@ def cmd_pipeline(args) -> int:
     return 0
 
 
+def _env_record(path: Path) -> dict:
+    """The record ``python -m matrix env`` wrote, or one line saying how to write it."""
+    again = f"write it with `python -m matrix env --out {path}`"
+    if not path.exists():
+        raise MatrixError(f"--env {path} does not exist: {again}")
+    try:
+        record = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MatrixError(f"--env {path} is not JSON ({exc}): {again}") from None
+    if not isinstance(record, dict) or record.get("schema") != hostinfo.ENV_SCHEMA:
+        raise MatrixError(f"--env {path} is not an environment record (schema {hostinfo.ENV_SCHEMA}): {again}")
+    return record
+
+
 def cmd_split(args) -> int:
     # junitparser is imported here, not at the top: `env` and `plan` must work on
     # a bare Python (a fresh runner, the workflow's plan job) with nothing installed.
     from matrix.junit import RunInfo, write_cell_results
 
-    env_path = Path(args.env)
-    if not env_path.exists():
-        raise MatrixError(f"{env_path} does not exist: write it first with `python -m matrix env --out {env_path}`")
-    record = json.loads(env_path.read_text())
+    record = _env_record(Path(args.env))
+    raw = Path(args.raw)
+    if not raw.exists() and not args.crashed_if_missing:
+        raise MatrixError(
+            f"{raw} does not exist: give the JUnit file pytest wrote (--junitxml), "
+            "or add --crashed-if-missing to record the cells as crashed because pytest wrote none"
+        )
     plans = plan_cells(select(_cells_arg(args)), hostinfo.detected_from_record(record))
     run = RunInfo(
         env=record,
@@ -105,7 +122,6 @@ def cmd_split(args) -> int:
         runner_name=hostinfo.runner_name(),
         started_at=args.started_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
-    raw = Path(args.raw)
     written = write_cell_results(plans, raw if raw.exists() else None, run, Path(args.out))
     print(f"wrote {len(written)} cell result(s) to {args.out}/", file=sys.stderr)
     return 0
@@ -154,7 +170,12 @@ def cmd_report(args) -> int:
     except InputError as exc:
         raise MatrixError(str(exc)) from None
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise MatrixError(
+            f"--out {out}: a file is in the way ({exc.strerror}): give a directory for the three outputs"
+        ) from None
     (out / "COMPATIBILITY.md").write_text(render_md.render(report))
     render_html.write(report, out / "index.html")
     render_json.write(report, out / "compat.json")
@@ -229,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("--env", required=True, help="the record written by `python -m matrix env`")
     split.add_argument("--out", default="results")
     split.add_argument("--started-at", help="ISO time the run started (default: now)")
+    split.add_argument(
+        "--crashed-if-missing",
+        action="store_true",
+        help="if RAW does not exist (pytest died before writing it), record every cell as crashed with that reason",
+    )
     split.set_defaults(func=cmd_split)
 
     summary = sub.add_parser("summary", help="print the terminal table for cells' results")
@@ -257,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command_line(build_parser(), argv)
+    return run_command_line(build_parser, argv)
 
 
 if __name__ == "__main__":

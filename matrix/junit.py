@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from junitparser import Error, JUnitXml, Properties, TestCase, TestSuite
+from junitparser import Error, JUnitXml, JUnitXmlError, Properties, TestCase, TestSuite
 
+from matrix.cells import MatrixError
 from matrix.plan import CellPlan
 
 ENVELOPE_SCHEMA = "wslpin-kit.envelope/1"
@@ -82,7 +83,14 @@ def suite_properties(suite: TestSuite) -> dict[str, str]:
 
 
 def read_cases(path: Path) -> list[TestCase]:
-    xml = JUnitXml.fromfile(str(path))
+    try:
+        xml = JUnitXml.fromfile(str(path))
+    # SyntaxError is the base of both parsers' errors (ElementTree's ParseError, lxml's XMLSyntaxError).
+    except (SyntaxError, JUnitXmlError) as exc:
+        raise MatrixError(
+            f"{path} is not a JUnit file ({exc}): give the file pytest wrote with --junitxml, "
+            "or run the cells again if it was cut short"
+        ) from None
     return [case for suite in xml for case in suite]
 
 

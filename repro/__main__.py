@@ -11,7 +11,7 @@ from pathlib import Path
 from matrix import hostinfo
 from matrix.cells import Cell, MatrixError, run_command_line, select
 from matrix.plan import Execution, plan_cells
-from repro import container, gate, offload, probe
+from repro import offload, probe
 
 BUILD = Path(__file__).resolve().parent.parent / "build"
 
@@ -22,6 +22,8 @@ SHOWN = ("imports", "platform_pin", "pin", "uva", "warning", "v2_buffer", "offlo
 
 
 def cmd_gate(args) -> int:
+    from repro import gate
+
     plans = plan_cells(select(args.cells), hostinfo.detect(hostinfo.collect_facts()))
     requests = gate.requests_for(plans)
     started = time.perf_counter()
@@ -116,11 +118,45 @@ def _ints(text: str) -> tuple[int, ...]:
     return values
 
 
+# Zero rounds or requests would measure nothing and still write an "ok" record over the last one.
+BENCH_ABOVE_ZERO = (
+    "rounds",
+    "requests",
+    "input_len",
+    "output_len",
+    "max_model_len",
+    "kv_cache_bytes",
+    "start_timeout",
+    "request_timeout",
+)
+BENCH_NOT_NEGATIVE = ("cpu_offload_gb", "seed")
+
+
+def _check_bench_numbers(args) -> None:
+    """One line for the first number the benchmark cannot run with, before anything starts or is written."""
+    for name in BENCH_ABOVE_ZERO + BENCH_NOT_NEGATIVE:
+        value = getattr(args, name)
+        above_zero = name in BENCH_ABOVE_ZERO
+        if value is not None and (value < 0 or (above_zero and value == 0)):
+            raise MatrixError(
+                f"--{name.replace('_', '-')} {value}: give a number {'above 0' if above_zero else '0 or more'}"
+            )
+    needed = args.input_len + args.output_len
+    if args.max_model_len is not None and args.max_model_len < needed:
+        raise MatrixError(
+            f"--max-model-len {args.max_model_len} is shorter than a request (--input-len + --output-len = {needed})"
+        )
+
+
 def cmd_bench(args) -> int:
+    # Before the benchmark's imports (numpy, matplotlib: seconds), so a mistyped number is answered at once.
+    _check_bench_numbers(args)
+    concurrency = _ints(args.concurrency)
     from repro.bench import markdown, plots, record
     from repro.bench.run import Arm, BenchConfig, run_bench
     from repro.tinymodel import tiny_model
 
+    arms = Arm.parse_all(args.arms)
     here = hostinfo.detect(hostinfo.collect_facts())
     (plan,) = plan_cells([Cell.parse(args.cell)], here)
     if args.server == "vllm":
@@ -132,11 +168,11 @@ def cmd_bench(args) -> int:
     config = BenchConfig(
         plan=plan,
         model=model,
-        arms=Arm.parse_all(args.arms),
+        arms=arms,
         out=out,
         server=args.server,
         rounds=args.rounds,
-        concurrency=_ints(args.concurrency),
+        concurrency=concurrency,
         requests=args.requests,
         input_len=args.input_len,
         output_len=args.output_len,
@@ -163,6 +199,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_container(args) -> int:
+    from repro import container
+
     cells = select(args.cells)
     pytest_args = tuple(args.pytest_args) or container.CELL_TESTS
     outcome = container.run_in_image(cells, args.image, Path(args.results), args.timeout, pytest_args)
@@ -173,7 +211,11 @@ def cmd_container(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    # gate and container need the kit's dependencies (packaging, junitparser): imported here, inside
+    # run_command_line, a Python without them gets one line saying how to install them, not a traceback.
+    from repro import container, gate
+
     parser = argparse.ArgumentParser(prog="python -m repro", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("gate", help="what vLLM decides about pinned memory for each host the cells need; timed")
@@ -230,7 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("tiny-model", help="build (or find) the tiny local Llama and print its directory")
     t.add_argument("--cache", default=str(BUILD))
     t.set_defaults(func=cmd_tiny_model)
-    return run_command_line(parser, argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command_line(build_parser, argv)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,7 @@ def test_a_cell_without_results_still_gets_a_file_that_says_why(tmp_path):
         str(env),
         "--out",
         str(tmp_path / "out"),
+        "--crashed-if-missing",
     )
     assert done.returncode == 0, done.stderr
     for cell in ("cuda-linux-v1-graph", "cuda-linux-v2-graph"):
