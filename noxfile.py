@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from matrix import hostinfo  # noqa: E402
-from matrix.cells import CELLS, MatrixError, select  # noqa: E402
+from matrix.cells import CELLS, Host, MatrixError, select  # noqa: E402
 from matrix.plan import cell_pytest_args, plan_cells  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 from tools import clean_machine as clean  # noqa: E402
@@ -347,11 +347,33 @@ def bench_report(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_report.py", *session.posargs)
 
 
+def _stand_in_env(as_host: str | None, stand_in_gpu: bool) -> dict[str, str]:
+    """The environment in which every process of a test run sees another machine than this one."""
+    env = {}
+    if as_host:
+        # The benchmark's start-up hook presents the WSL2 uname in every Python process (vLLM and
+        # host detection read platform.uname); the kit's root lets it load in any interpreter.
+        hook = ROOT / "repro" / "bench" / "present_host"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), str(ROOT), os.environ.get("PYTHONPATH")]))
+        env |= {"WSLPIN_PRESENT_HOST": as_host, "WSL_DISTRO_NAME": "wslpin-emulated"}
+    if stand_in_gpu:
+        env["PATH"] = os.pathsep.join([str(ROOT / "tests" / "stand-in-gpu"), os.environ["PATH"]])
+    return env
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The kit's own test suite (what CI runs), against the real vLLM the kit pins."""
+    """The kit's own test suite (what CI runs), against the real vLLM the kit pins.
+
+    `-- --as-host wsl2new` runs it as a WSL2 machine sees itself, `-- --stand-in-gpu` as a machine whose
+    nvidia-smi lists a CUDA GPU; anything else goes to pytest.
+    """
+    parser = argparse.ArgumentParser(prog="nox -s tests --", add_help=False)
+    parser.add_argument("--as-host", choices=[str(host) for host in Host if host.is_wsl])
+    parser.add_argument("--stand-in-gpu", action="store_true")
+    args, pytest_args = parser.parse_known_args(session.posargs)
     _install(session, VLLM_VERSION, full=False)
-    session.run("python", "-m", "pytest", *session.posargs)
+    session.run("python", "-m", "pytest", *pytest_args, env=_stand_in_env(args.as_host, args.stand_in_gpu))
 
 
 SMOKE = ROOT / "build" / "docker-smoke"

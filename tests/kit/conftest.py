@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from matrix.cells import select
+from matrix.hostinfo import collect_facts, detect
+from matrix.plan import plan_cells
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,6 +28,13 @@ def run_module(
         timeout=timeout,
         check=False,
     )
+
+
+def require_gate_only(cells: str | None) -> None:
+    """Skip a test that needs ``cells`` (ids or globs; None: all) to find no GPU of theirs on this machine."""
+    for plan in plan_cells(select(cells), detect(collect_facts())):
+        if plan.execution.uses_gpu:
+            pytest.skip(f"needs {plan.cell} gate-only, but it runs {plan.execution} here ({plan.reason})")
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import ROOT, run_module
+from conftest import ROOT, require_gate_only, run_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -247,6 +247,7 @@ def test_a_native_run_outranks_the_gate_prediction_and_both_are_kept(tmp_path):
 
 def test_real_cell_results_pass(tmp_path):
     """The files `python -m matrix split` writes for a real gate run (tests/kit/test_results.py makes them)."""
+    require_gate_only("cuda-wsl2new-*-graph")
     env = tmp_path / "env.json"
     assert run_module("matrix", "env", "--out", str(env)).returncode == 0
     raw = tmp_path / "raw.xml"

@@ -1,10 +1,13 @@
 """How reproduction runs and probe sections end when things go wrong, with real processes.
 
-There is no GPU here: the engine and the probe sections fail or skip for real,
-and those endings are what is tested.
+Where there is no GPU the engine and the probe sections fail or skip for real, and
+those endings are what is tested; on a GPU host they would run, so those tests skip.
 """
 
 import sys
+
+import pytest
+from conftest import require_gate_only
 
 from matrix.cells import Cell
 from matrix.failures import FailureKind
@@ -31,6 +34,7 @@ def test_an_engine_run_that_hangs_is_a_timeout_result(tmp_path, monkeypatch):
 
 
 def test_an_engine_that_cannot_start_is_a_failed_result_with_its_message(tmp_path):
+    require_gate_only("cuda-linux-v1-eager")
     run = offload.EngineRun(Cell.parse("cuda-linux-v1-eager"), "1", True, present_host=False)
     result = offload.run_engine(run, tiny_model(tmp_path), timeout=300)
     assert result.status == "failed"
@@ -57,14 +61,13 @@ def test_offload_path_reads_where_the_parameters_went():
 
 
 def test_a_probe_section_without_a_gpu_is_skipped_with_the_reason():
+    require_gate_only(None)  # the probe uses whatever GPU this machine has
     result = probe.run_section("capture_pinned_non_blocking", timeout=300)
     assert result.status == "skipped"
     assert result.message.startswith("no GPU")
 
 
 def test_probe_facts_reject_a_platform_that_captures_pageable_copies():
-    import pytest
-
     with pytest.raises(AssertionError, match="refuse to capture"):
         probe.check_facts("capture_pageable_blocking", {"captured": True, "replay_reads_current_host": True})
     probe.check_facts("capture_pageable_blocking", {"captured": False, "kind": "pageable-copy-in-capture"})

@@ -3,9 +3,10 @@
 import json
 
 import pytest
-from conftest import run_module
+from conftest import require_gate_only, run_module
 from junitparser import JUnitXml
 
+from matrix.hostinfo import collect_facts, detect
 from matrix.junit import case_properties, suite_properties
 
 CELL = "rocm-wsl2new-v2-graph"
@@ -13,6 +14,7 @@ CELL = "rocm-wsl2new-v2-graph"
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
+    require_gate_only(CELL)
     tmp = tmp_path_factory.mktemp("cell")
     env, raw, out = tmp / "env.json", tmp / "junit.xml", tmp / "results"
     assert run_module("matrix", "env", "--out", str(env)).returncode == 0
@@ -35,7 +37,7 @@ def test_one_file_per_cell_named_by_its_id_with_the_envelope(results):
     torch = env["packages"]["torch"]
     assert props["torch_version"] == torch["version"]
     assert props["torch_build"] == (f"cuda {torch['cuda']}" if torch["cuda"] else "cpu")
-    assert props["kernel_release"] and props["wsl"] == "false"
+    assert props["kernel_release"] and props["wsl"] == str(detect(collect_facts()).host.is_wsl).lower()
     assert props["kit_commit"] and props["runner_name"] and props["started_at"]
     assert props["env_hash"] == env["env_hash"]
 

@@ -2,7 +2,8 @@
 
 ``vllm serve`` decides about pinned memory in its engine-core process as well
 as in the API server, and both start from this environment: Python imports
-this file at start-up when its directory is on PYTHONPATH.
+this file at start-up when its directory is on PYTHONPATH. The kit's own tests
+run as a WSL2 machine through it too (``nox -s tests -- --as-host wsl2new``).
 """
 
 import os
