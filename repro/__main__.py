@@ -171,7 +171,7 @@ def cmd_container(args) -> int:
     # The table is printed here, not by `matrix summary`: only this run knows which directory the image's vLLM chose.
     summaries = [summarize(path) for path in outcome.written]
     print(render(summaries))
-    print(f"wrote {', '.join(str(p) for p in outcome.written)}", file=sys.stderr)
+    print(f"wrote {len(outcome.written)} cell result(s) to {outcome.written[0].parent}/", file=sys.stderr)
     if outcome.crashed:
         print(f"error: {args.cells} crashed in {args.image}: {outcome.crashed}", file=sys.stderr)
         return 1
