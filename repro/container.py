@@ -352,7 +352,7 @@ class Outcome:
 
 
 def _crashed_record() -> dict:
-    """The envelope of a container that left no record: the host it crashed on, without the host's packages.
+    """The record of a container that left none: the host it crashed on, without the host's packages.
 
     The packages were the image's, which never said which: the host's vLLM (a reused nox
     environment has one) must not pass for them and file the crash under a release it never ran.
