@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -26,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from matrix import hostinfo  # noqa: E402
 from matrix.cells import CELLS, Host, MatrixError, select  # noqa: E402
+from matrix.layout import run_dir  # noqa: E402
 from matrix.plan import cell_pytest_args, plan_cells  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 from tools import clean_machine as clean  # noqa: E402
@@ -95,8 +97,11 @@ def _install_vllm(session: nox.Session, install, vllm: str, full: bool) -> None:
         session.error(f"could not install vLLM {vllm} (see the installer's message above): is it a released version?")
 
 
-def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("tests/cell",)) -> None:
-    """Install, record the environment, run the cells' tests, write results/<cell>.xml, print the table."""
+def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str, ...] = ("tests/cell",)) -> None:
+    """Install, record the environment, run the cells' tests, write results/<vLLM>/<group>/<cell>.xml, print the table.
+
+    ``group`` names the tests run (matrix.layout): sessions that run different tests never share a directory.
+    """
     args, pytest_args = _options(session)
     cells = select(pattern)
     if args.cells:
@@ -109,7 +114,7 @@ def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("te
             session.error(f"--cells {args.cells!r} names no cell of this session ({pattern})")
         pattern = ",".join(cell.id for cell in cells)
     if args.image:
-        _run_in_image(session, pattern, args.image, (*tests, *pytest_args))
+        _run_in_image(session, pattern, group, args.image, (*tests, *pytest_args))
         return
     plans = plan_cells(cells, hostinfo.detect(hostinfo.collect_facts()))
     _install(session, args.vllm, full=any(plan.execution.uses_gpu for plan in plans))
@@ -117,8 +122,10 @@ def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("te
     tmp = Path(session.create_tmp())
     env_record, raw = tmp / "env.json", tmp / "junit.xml"
     raw.unlink(missing_ok=True)
-    probe_out = RESULTS / f"{cells[0].id if len(cells) == 1 else session.name}.probe.json"
-    session.run("python", "-m", "matrix", "env", "--out", str(env_record))
+    if session.run("python", "-m", "matrix", "env", "--out", str(env_record)) is None:
+        return  # `nox --install-only`: nothing ran, so there is no record to place the results by
+    out = run_dir(RESULTS, json.loads(env_record.read_text()), group)
+    probe_out = out / f"{cells[0].id if len(cells) == 1 else session.name}.probe.json"
     session.run("python", "-m", "matrix", "plan", "--cells", pattern)
     # Exit 1 means tests failed: a result, written below like any other.
     session.run(
@@ -141,18 +148,19 @@ def _run_cells(session: nox.Session, pattern: str, tests: tuple[str, ...] = ("te
         "--env",
         str(env_record),
         "--out",
-        str(RESULTS),
+        str(out),
         "--started-at",
         started,
         "--crashed-if-missing",
     )
-    session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(RESULTS), "--strict")
+    session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(out), "--strict")
 
 
-def _run_in_image(session: nox.Session, pattern: str, image: str, pytest_args: tuple[str, ...]) -> None:
-    """The cells' tests inside ``image`` (its vLLM, the kit mounted read-only) -> results/<cell>.xml, the table."""
+def _run_in_image(session: nox.Session, pattern: str, group: str, image: str, pytest_args: tuple[str, ...]) -> None:
+    """The cells' tests inside ``image`` (its vLLM, the kit mounted read-only) -> results/<vLLM>/<group>@<image>/."""
     session.install("-e", ".[cell,container]")
-    # Exit 1 is a crashed cell: its results file says why, and the summary fails the session.
+    # Only the container knows its vLLM, so the command picks the directory and prints the table;
+    # it exits 1 for a crashed cell (its results file says why) or a failed test.
     session.run(
         "python",
         "-m",
@@ -164,11 +172,11 @@ def _run_in_image(session: nox.Session, pattern: str, image: str, pytest_args: t
         image,
         "--results",
         str(RESULTS),
+        "--group",
+        group,
         "--",
         *pytest_args,
-        success_codes=[0, 1],
     )
-    session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(RESULTS), "--strict")
 
 
 @nox.session
@@ -184,32 +192,32 @@ def _run_in_image(session: nox.Session, pattern: str, image: str, pytest_args: t
     ],
 )
 def cell(session: nox.Session, stack: str, host: str, runner: str, mode: str) -> None:
-    """One cell, as a self-hosted runner runs it: gate, repro and probe tests -> results/<cell-id>.xml."""
-    _run_cells(session, f"{stack}-{host}-{runner}-{mode}")
+    """One cell, as a self-hosted runner runs it: gate, repro and probe tests -> results/<vLLM>/cell/<cell-id>.xml."""
+    _run_cells(session, f"{stack}-{host}-{runner}-{mode}", "cell")
 
 
 @nox.session
 def gate(session: nox.Session) -> None:
     """Gate tests of all 24 cells: what the installed vLLM decides per host, no GPU needed."""
-    _run_cells(session, "all", tests=("tests/cell/test_gate.py",))
+    _run_cells(session, "all", "gate", tests=("tests/cell/test_gate.py",))
 
 
 @nox.session
 def repro(session: nox.Session) -> None:
     """The offload-with-graph reproduction through vLLM's engine, for the cells this machine's GPU can run."""
-    _run_cells(session, "all", tests=("tests/cell/test_repro.py", "-k", "not bare_torch_probe"))
+    _run_cells(session, "all", "repro", tests=("tests/cell/test_repro.py", "-k", "not bare_torch_probe"))
 
 
 @nox.session
 def probe(session: nox.Session) -> None:
     """The bare-torch probe of pinned memory and graph capture on this machine's GPU (no vLLM needed)."""
-    _run_cells(session, "all", tests=("tests/cell/test_repro.py", "-k", "bare_torch_probe"))
+    _run_cells(session, "all", "probe", tests=("tests/cell/test_repro.py", "-k", "bare_torch_probe"))
 
 
 @nox.session
 def wsl_cuda_graph(session: nox.Session) -> None:
     """The CUDA x WSL2 x graph cells, as far as this machine allows (native, emulated or gate-only), then a table."""
-    _run_cells(session, "cuda-wsl2*-*-graph")
+    _run_cells(session, "cuda-wsl2*-*-graph", "cell")
 
 
 @nox.session

@@ -16,6 +16,7 @@ from pathlib import Path
 from junitparser import Error, JUnitXml, JUnitXmlError, Properties, TestCase, TestSuite
 
 from matrix.cells import MatrixError
+from matrix.layout import vllm_release
 from matrix.plan import CellPlan
 
 ENVELOPE_SCHEMA = "wslpin-kit.envelope/1"
@@ -52,7 +53,8 @@ def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
         "mode": cell.mode.value,
         "execution": plan.execution.value,
         "execution_reason": plan.reason,
-        "vllm_version": vllm.get("version") or "not installed",
+        # The same name as the release's results directory (matrix.layout), so file and envelope agree.
+        "vllm_version": vllm_release(env),
         "vllm_commit": vllm.get("commit") or "",
         "torch_version": torch.get("version") or "not installed",
         "torch_build": torch_build if torch else "",

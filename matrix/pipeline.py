@@ -82,7 +82,7 @@ def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:
                     f"python -m matrix plan --cells {job['pattern']} --require native",
                     f"nox --report nox-{job['name']}.json -s {sessions} -- --vllm {vllm}",
                 ],
-                "artifact_paths": ["results/*.xml", "results/*.json", f"nox-{job['name']}.json"],
+                "artifact_paths": ["results/**/*.xml", "results/**/*.json", f"nox-{job['name']}.json"],
             }
         )
     steps.append({"wait": None, "continue_on_failure": True})  # the report runs even when cells failed
@@ -92,7 +92,7 @@ def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:
             "key": "report",
             "timeout_in_minutes": 20,
             "commands": [
-                "buildkite-agent artifact download 'results/*' .",
+                "buildkite-agent artifact download 'results/**/*' .",
                 "buildkite-agent artifact download 'nox-*.json' . || true",
                 "python -m matrix report results/ --out report/",
                 "buildkite-agent annotate --style info < report/COMPATIBILITY.md",

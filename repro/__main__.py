@@ -199,14 +199,23 @@ def cmd_bench(args) -> int:
 
 
 def cmd_container(args) -> int:
+    from matrix.summary import render, summarize
     from repro import container
 
     cells = select(args.cells)
     pytest_args = tuple(args.pytest_args) or container.CELL_TESTS
-    outcome = container.run_in_image(cells, args.image, Path(args.results), args.timeout, pytest_args)
-    print(f"wrote {', '.join(str(p) for p in outcome.written)}", file=sys.stderr)
+    outcome = container.run_in_image(cells, args.image, Path(args.results), args.group, args.timeout, pytest_args)
+    # The table is printed here, not by `matrix summary`: only this run knows which directory the image's vLLM chose.
+    summaries = [summarize(path) for path in outcome.written]
+    print(render(summaries))
+    print(f"wrote {len(outcome.written)} cell result(s) to {outcome.written[0].parent}/", file=sys.stderr)
     if outcome.crashed:
         print(f"error: {args.cells} crashed in {args.image}: {outcome.crashed}", file=sys.stderr)
+        return 1
+    failed = sum(s.failed for s in summaries)
+    if failed:
+        where = outcome.written[0].parent
+        print(f"error: {failed} test(s) failed; the JUnit files in {where}/ say why", file=sys.stderr)
         return 1
     return 0
 
@@ -264,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("container", help="run cells' tests inside a container image (e.g. vllm/vllm-openai:v0.33.0)")
     c.add_argument("--cells", required=True, help="ids or globs, e.g. cuda-wsl2new-v1-graph")
     c.add_argument("--image", required=True, help="an image whose python3 has vLLM installed")
-    c.add_argument("--results", default="results", help="where results/<cell-id>.xml and the log go")
+    c.add_argument("--results", default="results", help="the results tree: files go to <vLLM>/<group>@<image>/ in it")
+    c.add_argument("--group", default="cell", help="the tests' group in that path (nox: cell, gate, repro, probe)")
     c.add_argument("--timeout", type=float, default=container.DEFAULT_TIMEOUT, help="seconds before it is killed")
     c.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments in the container (default: tests/cell)")
     c.set_defaults(func=cmd_container)

@@ -4,8 +4,9 @@
 environment: what to mount, which GPU devices, which variables. ``run_in_image`` is the
 one place that talks to a Docker engine (the ``docker`` SDK). Everything that goes wrong
 there (no engine, no image, no device, the timeout, the OOM killer) comes back as one
-line, and each cell's ``results/<cell-id>.xml`` then says it crashed, and why: a failure
-is a result, never a traceback.
+line, and each cell's ``<cell-id>.xml`` then says it crashed, and why: a failure is a
+result, never a traceback. The files go to ``results/<vLLM>/<group>@<image>/``
+(matrix.layout), the image's own vLLM release, or ``unknown`` when it never reported it.
 
 The container runs what a cell session runs (``matrix env``, then pytest on tests/cell);
 the JUnit split runs here on the host, because only the host knows the image's digest
@@ -38,6 +39,7 @@ from matrix import hostinfo
 from matrix.cells import Cell, Host, Stack
 from matrix.hostinfo import DetectedHost, kit_commit, runner_name
 from matrix.junit import RunInfo, write_cell_results
+from matrix.layout import run_dir
 from matrix.plan import CellPlan, cell_pytest_args, plan_cells
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
@@ -75,7 +77,7 @@ class ContainerSpec:
 
 
 def scratch_dir(results: Path, name: str) -> Path:
-    """Where the container leaves its raw JUnit and environment record, until the split."""
+    """Where the container leaves its raw JUnit, environment record and probe metrics, until the split."""
     return results / f"{name}.container"
 
 
@@ -114,7 +116,7 @@ def container_spec(
             *("python3", "-m", "pytest"),
             # The kit is mounted read-only; the tiny model is built in the container.
             "--model-cache=/tmp/wslpin-kit-build",
-            *cell_pytest_args(pattern, f"{raw}/junit.xml", f"{RESULTS}/{name}.probe.json"),
+            *cell_pytest_args(pattern, f"{raw}/junit.xml", f"{raw}/{name}.probe.json"),
             *pytest_args,
         ]
     )
@@ -349,29 +351,42 @@ class Outcome:
     crashed: str  # "" when the container left its results
 
 
+def _crashed_record() -> dict:
+    """The record of a container that left none: the host it crashed on, without the host's packages.
+
+    The packages were the image's, which never said which: the host's vLLM (a reused nox
+    environment has one) must not pass for them and file the crash under a release it never ran.
+    """
+    record = {**hostinfo.collect_environment(), "packages": {"torch": None, "vllm": None}}
+    return {**record, "env_hash": hostinfo.environment_hash(record)}
+
+
 def run_in_image(
     cells: list[Cell],
     image: str,
     results: Path,
+    group: str = "cell",
     timeout: float = DEFAULT_TIMEOUT,
     pytest_args: tuple[str, ...] = CELL_TESTS,
     environ: Mapping[str, str] | None = None,
     here: DetectedHost | None = None,
 ) -> Outcome:
-    """Run ``cells`` inside ``image`` and write ``results/<cell-id>.xml`` for each, crashed or not.
+    """Run ``cells`` inside ``image`` and write ``<cell-id>.xml`` for each, crashed or not.
 
-    ``here`` is detected when not given; tests describe a GPU host this machine cannot be.
+    The files go to ``results/<vLLM>/<group>@<image>/``. ``here`` is detected when not given;
+    tests describe a GPU host this machine cannot be.
     """
     environ = dict(os.environ if environ is None else environ)
     here = here or hostinfo.detect(hostinfo.collect_facts())
     name = cells[0].id if len(cells) == 1 else "container"
     results = results.resolve()
     results.mkdir(parents=True, exist_ok=True)
-    scratch, log = scratch_dir(results, name), results / f"{name}.container.log"
+    scratch = scratch_dir(results, name)
+    log, probe_out = f"{name}.container.log", f"{name}.probe.json"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    digest, crashed = "", ""
+    ran, crashed = None, ""
     try:
         spec = container_spec(
             plan_cells(cells, here),
@@ -384,22 +399,27 @@ def run_in_image(
             f"{os.getuid()}:{os.getgid()}",
             pytest_args,
         )
-        ran = run_spec(spec, log, timeout, environ)
-        digest = ran.image_digest
-        if not (scratch / "junit.xml").exists():
-            crashed = exit_reason(ran, timeout, log)
+        ran = run_spec(spec, scratch / log, timeout, environ)
     except ContainerError as exc:
         crashed = str(exc)
     try:
         env_file = scratch / "env.json"
-        # Without the container's own record, the envelope describes the host it crashed on.
-        record = json.loads(env_file.read_text()) if env_file.exists() else hostinfo.collect_environment()
+        record = json.loads(env_file.read_text()) if env_file.exists() else _crashed_record()
+        out = run_dir(results, record, group, image)
+        if ran is not None and not (scratch / "junit.xml").exists():
+            crashed = exit_reason(ran, timeout, out / log)
+        digest = ran.image_digest if ran is not None else ""
         run = RunInfo(record, kit_commit(), runner_name(), started, image=image, image_digest=digest)
         plans = plan_cells(cells, hostinfo.detected_from_record(record))
         if crashed:
-            written = write_cell_results(plans, None, run, results, raw_missing=f"crashed in {image}: {crashed}")
+            written = write_cell_results(plans, None, run, out, raw_missing=f"crashed in {image}: {crashed}")
         else:
-            written = write_cell_results(plans, scratch / "junit.xml", run, results)
+            written = write_cell_results(plans, scratch / "junit.xml", run, out)
+        for kept in (log, probe_out):
+            # A file this run did not write must not stay beside its results as if it had.
+            (out / kept).unlink(missing_ok=True)
+            if (scratch / kept).exists():
+                (scratch / kept).replace(out / kept)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Outcome(written, crashed)

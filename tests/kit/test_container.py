@@ -18,6 +18,7 @@ from matrix.cells import Cell, Host, Mode, Runner, Stack
 from matrix.hostinfo import DetectedHost
 from matrix.junit import suite_properties
 from matrix.plan import plan_cells
+from matrix.releases import VLLM_VERSION
 from repro import container
 
 GATE_ONLY_CELL = "cuda-wsl2new-v1-graph"
@@ -143,8 +144,14 @@ def test_why_a_container_left_no_results(ran, says):
     assert says in container.exit_reason(ran, 5, Path("results/x.container.log"))
 
 
+def result_file(results: Path, cell: str) -> Path:
+    """The cell's one file in the results tree, wherever the image's vLLM put it."""
+    (path,) = results.glob(f"*/*/{cell}.xml")
+    return path
+
+
 def crashed(results: Path, cell: str) -> tuple[dict, str]:
-    (suite,) = JUnitXml.fromfile(str(results / f"{cell}.xml"))
+    (suite,) = JUnitXml.fromfile(str(result_file(results, cell)))
     assert suite.name == cell
     (case,) = list(suite)
     assert case.name == "no_results"
@@ -170,6 +177,8 @@ def test_no_engine_is_a_crashed_cell_with_the_reason(tmp_path):
         tmp_path, "--cells", GATE_ONLY_CELL, "--image", "wslpin-smoke:any", env={"DOCKER_HOST": f"unix://{socket}"}
     )
     assert_one_error_line(done, f"no Docker engine answers at unix://{socket}")
+    # The image never said which vLLM it has: the crash is filed under none.
+    assert result_file(tmp_path, GATE_ONLY_CELL).parent == tmp_path / "unknown" / "cell@wslpin-smoke-any"
     props, message = crashed(tmp_path, GATE_ONLY_CELL)
     assert message.startswith("crashed in wslpin-smoke:any: no Docker engine answers")
     assert (props["cell_id"], props["image"], props["image_digest"]) == (GATE_ONLY_CELL, "wslpin-smoke:any", "")
@@ -213,14 +222,16 @@ def test_a_gate_only_cell_runs_in_the_image_and_its_junit_comes_back(smoke_image
     done = run_container(tmp_path, "--cells", GATE_ONLY_CELL, "--image", smoke_image)
     assert done.returncode == 0, done.stderr[-3000:]
     assert " passed" in done.stdout  # pytest's output, streamed from the container
-    (suite,) = JUnitXml.fromfile(str(tmp_path / f"{GATE_ONLY_CELL}.xml"))
+    path = result_file(tmp_path, GATE_ONLY_CELL)
+    assert path.parent.parent.name == VLLM_VERSION  # the image's vLLM, from its own environment record
+    (suite,) = JUnitXml.fromfile(str(path))
     assert suite.name == GATE_ONLY_CELL
     props = suite_properties(suite)
     assert props["image"] == smoke_image and props["image_digest"].startswith("sha256:")
     assert props["execution"] == "gate-only" and props["vllm_version"] and props["torch_build"] == "cpu"
     gate = [case for case in suite if case.classname == "tests.cell.test_gate"]
     assert gate and all(case.is_passed for case in gate)
-    log = (tmp_path / f"{GATE_ONLY_CELL}.container.log").read_text()
+    log = (path.parent / f"{GATE_ONLY_CELL}.container.log").read_text()
     assert " passed" in log
     assert not (tmp_path / f"{GATE_ONLY_CELL}.container").exists()  # the raw JUnit is not left to be read twice
     assert no_containers_left()

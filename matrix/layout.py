@@ -1,0 +1,35 @@
+"""Where a run's result files go: ``results/<vLLM release>/<group>/``.
+
+Each session writes into a directory of its own, so no session replaces another's
+results: a gate run never overwrites a full cell run, one vLLM release never another,
+and a run inside a container image (which may crash) never a run on the host. The
+report reads the whole tree and merges what it finds per cell.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# A run whose environment record names no vLLM: a container that crashed before reporting its own.
+UNKNOWN_RELEASE = "unknown"
+
+
+def vllm_release(env: dict) -> str:
+    """The vLLM release an environment record (``python -m matrix env``) names."""
+    return ((env.get("packages") or {}).get("vllm") or {}).get("version") or UNKNOWN_RELEASE
+
+
+def _slug(text: str) -> str:
+    """``text`` as one safe path component: a version or an image reference never climbs out of results/."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip(".-") or UNKNOWN_RELEASE
+
+
+def run_dir(root: Path, env: dict, group: str, image: str = "") -> Path:
+    """The directory for one run's files under ``root``.
+
+    ``group`` names the tests the session ran (``cell``, ``gate``, ``repro``, ``probe``);
+    a run inside ``image`` gets a directory of its own beside the host's.
+    """
+    name = f"{group}@{_slug(image)}" if image else group
+    return root / _slug(vllm_release(env)) / name

@@ -1,0 +1,143 @@
+"""Results kept per vLLM release and per test group: no session replaces another's files.
+
+Real files throughout: pytest runs the cells' tests as the gate, probe and repro sessions
+run them, ``matrix split`` writes them where ``matrix.layout`` says, the report reads the tree.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_module
+
+from matrix.layout import run_dir
+from matrix.plan import cell_pytest_args
+from matrix.releases import VLLM_VERSION
+
+CELLS = "cuda-wsl2new-v2-graph,rocm-wsl2new-v2-graph"
+# The tests each session runs (noxfile.py: gate, probe, repro), by group.
+SESSIONS = {
+    "gate": ("tests/cell/test_gate.py",),
+    "probe": ("tests/cell/test_repro.py", "-k", "bare_torch_probe"),
+    "repro": ("tests/cell/test_repro.py", "-k", "not bare_torch_probe"),
+}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("env") / "env.json"
+    assert run_module("matrix", "env", "--out", str(path)).returncode == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory) -> dict[str, Path]:
+    """Each session's pytest JUnit, run once (vLLM's gate is slow to ask) and split by each test as it needs."""
+    tmp = tmp_path_factory.mktemp("raw")
+    found = {}
+    for group, tests in SESSIONS.items():
+        found[group] = tmp / f"{group}.xml"
+        done = run_module("pytest", *tests, *cell_pytest_args(CELLS, str(found[group]), str(tmp / f"{group}.json")))
+        assert done.returncode == 0, done.stdout[-3000:]
+    return found
+
+
+def split(results: Path, raw: Path, group: str, env: Path) -> Path:
+    """What a session does after pytest: split its JUnit into the directory its environment record gives."""
+    out = run_dir(results, json.loads(env.read_text()), group)
+    done = run_module("matrix", "split", str(raw), "--cells", CELLS, "--env", str(env), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def release_record(tmp: Path, env: Path, release: str) -> Path:
+    """The same machine's record, naming another vLLM release (this environment has one vLLM installed)."""
+    record = json.loads(env.read_text())
+    record["packages"]["vllm"]["version"] = release
+    path = tmp / f"env-{release}.json"
+    path.write_text(json.dumps(record))
+    return path
+
+
+def report(results: Path, out: Path) -> dict:
+    done = run_module("matrix", "report", str(results), "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    return json.loads((out / "compat.json").read_text())
+
+
+def cells_of(document: dict, release: str) -> dict[str, dict]:
+    (version,) = [v for v in document["versions"] if v["vllm"] == release]
+    return {c["id"]: c for c in version["cells"]}
+
+
+def test_each_release_and_group_has_its_own_directory():
+    record = {"packages": {"vllm": {"version": "0.33.0"}}}
+    root = Path("results")
+    assert run_dir(root, record, "gate") == root / "0.33.0" / "gate"
+    assert run_dir(root, {"packages": {"vllm": {"version": "0.32.0"}}}, "gate") == root / "0.32.0" / "gate"
+    assert run_dir(root, record, "probe") == root / "0.33.0" / "probe"
+    image = run_dir(root, record, "cell", "vllm/vllm-openai:v0.33.0")
+    assert image == root / "0.33.0" / "cell@vllm-vllm-openai-v0.33.0"
+    # A container that crashed before reporting its vLLM, or a record from anywhere: one component under root.
+    assert run_dir(root, {"packages": {"vllm": None}}, "cell", "x") == root / "unknown" / "cell@x"
+    assert run_dir(root, {"packages": {"vllm": {"version": "../.."}}}, "gate") == root / "unknown" / "gate"
+
+
+def test_gate_then_probe_then_repro_keeps_the_gate_results(tmp_path, env, raw):
+    results = tmp_path / "results"
+    dirs = {group: split(results, raw[group], group, env) for group in ("gate", "probe", "repro")}
+    assert len(set(dirs.values())) == 3
+    for out in dirs.values():
+        assert {p.name for p in out.glob("*.xml")} == {f"{c}.xml" for c in CELLS.split(",")}
+    cells = cells_of(report(results, tmp_path / "report"), VLLM_VERSION)
+    assert cells["cuda-wsl2new-v2-graph"]["status"] == "pass"
+    assert cells["rocm-wsl2new-v2-graph"]["status"] == "known-fail"
+    gate = [c for c in cells["cuda-wsl2new-v2-graph"]["cases"] if c["classname"] == "tests.cell.test_gate"]
+    assert gate and {c["status"] for c in gate} == {"pass"}
+    # The GPU groups (skipped on this machine) came from the probe and repro files, beside the gate's.
+    sources = {a["source"] for c in cells["cuda-wsl2new-v2-graph"]["cases"] for a in c["attempts"]}
+    assert {Path(s).parent for s in sources} == set(dirs.values())
+
+
+def test_another_release_leaves_the_first_in_place(tmp_path, env, raw):
+    results = tmp_path / "results"
+    first = split(results, raw["gate"], "gate", env)
+    before = {p: p.read_bytes() for p in first.iterdir()}
+    second = split(results, raw["gate"], "gate", release_record(tmp_path, env, "0.32.0"))
+    assert second == results / "0.32.0" / "gate" and first == results / VLLM_VERSION / "gate"
+    assert {p: p.read_bytes() for p in first.iterdir()} == before
+    document = report(results, tmp_path / "report")
+    assert [v["vllm"] for v in document["versions"]] == [VLLM_VERSION, "0.32.0"]
+    for release in (VLLM_VERSION, "0.32.0"):
+        cell = cells_of(document, release)["cuda-wsl2new-v2-graph"]
+        assert cell["provenance"]["vllm_version"] == release and cell["status"] == "pass"
+
+
+def test_a_crashed_image_run_replaces_no_host_result(tmp_path, env, raw):
+    """No Docker engine answers: the crash lands under unknown/gate@<image>, the host's files stay as they were."""
+    results = tmp_path / "results"
+    host = split(results, raw["gate"], "gate", env)
+    before = {p: p.read_bytes() for p in host.iterdir()}
+    done = run_module(
+        "repro",
+        "container",
+        "--cells",
+        CELLS,
+        "--image",
+        "vllm/vllm-openai:v0.33.0",
+        "--results",
+        str(results),
+        "--group",
+        "gate",
+        env={"DOCKER_HOST": "unix:///nonexistent.sock"},
+    )
+    assert done.returncode == 1 and "no Docker engine answers" in done.stderr.splitlines()[-1]
+    crashed = results / "unknown" / "gate@vllm-vllm-openai-v0.33.0"
+    assert {p.name for p in crashed.glob("*.xml")} == {f"{c}.xml" for c in CELLS.split(",")}
+    assert {p: p.read_bytes() for p in host.iterdir()} == before
+    assert "FAILED cuda-wsl2new-v2-graph: no_results" in done.stdout  # this run's table, not the host's
+    done = run_module("matrix", "report", str(results), "--out", str(tmp_path / "report"))
+    assert done.returncode == 1  # a crashed cell is bad news, under the release it ran: unknown
+    document = json.loads((tmp_path / "report" / "compat.json").read_text())
+    assert cells_of(document, VLLM_VERSION)["cuda-wsl2new-v2-graph"]["status"] == "pass"
+    assert cells_of(document, "unknown")["cuda-wsl2new-v2-graph"]["status"] == "crashed"
