@@ -86,6 +86,15 @@ def private_engine(state: Path, log: Path, wait_s: float = 60) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait()
+        _unmount_below(state)
+
+
+def _unmount_below(path: Path) -> None:
+    """Unmount what dockerd left mounted in its state: after a host-network container, its
+    namespace (exec/netns/default) stays mounted and the directory cannot be deleted."""
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for point in sorted((m for m in mounts if m.startswith(f"{path}/")), reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False)
 
 
 def debian_mirror(apt: Path = APT_SOURCES) -> str:
