@@ -145,9 +145,9 @@ def cmd_summary(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from matrix import render_html, render_json, render_md, render_text
-    from matrix.reading import InputError
-    from matrix.report import build_report
+    from matrix.report import render_html, render_json, render_md, render_text
+    from matrix.report.model import build_report
+    from matrix.report.reading import InputError
 
     def load(path: str | None, what: str) -> dict | None:
         if path is None:

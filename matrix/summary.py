@@ -10,7 +10,7 @@ from junitparser import Failure, JUnitXml, Skipped
 
 from matrix.cells import Cell, Runner
 from matrix.junit import case_properties, suite_properties
-from matrix.status import shown
+from matrix.report.status import shown
 
 
 @dataclass

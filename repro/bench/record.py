@@ -4,7 +4,7 @@ Everything a reviewer needs to judge the verdict is in it: how it was run
 (cell, execution, server, versions, every setting), per arm and level the
 spread of each latency metric, the differences with their intervals and the
 verdicts, peak memory, and the profile's per-step figures. The report reads
-it back with ``matrix.bench`` (which must not import numpy or this package).
+it back with ``matrix.report.bench`` (which must not import numpy or this package).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
-from matrix.bench import BENCH_SCHEMA, HEADLINE_METRIC
 from matrix.hostinfo import DetectedHost
+from matrix.report.bench import BENCH_SCHEMA, HEADLINE_METRIC
 from repro.bench import stats
 from repro.bench.client import RequestRecord
 from repro.bench.profile import StepProfile

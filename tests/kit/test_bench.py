@@ -18,10 +18,10 @@ import jsonschema
 import pytest
 from conftest import ROOT, run_module
 
-from matrix.bench import BENCH_SCHEMA, latest_per_cell
 from matrix.cells import Cell, Host, MatrixError, select
 from matrix.plan import CellPlan, Execution, plan_cells
-from matrix.render_json import SCHEMA_FILE
+from matrix.report.bench import BENCH_SCHEMA, latest_per_cell
+from matrix.report.render_json import SCHEMA_FILE
 from repro.bench import profile, record, run, servers
 from repro.bench.run import Arm, BenchConfig, run_bench
 

@@ -8,10 +8,10 @@ import pytest
 from conftest import ROOT, run_module
 from test_report import NOW, envelope, gate_case
 
-from matrix import render_html, render_md
 from matrix.cells import MatrixError
 from matrix.releases import HISTORY_VERSIONS
-from matrix.report import build_report
+from matrix.report import render_html, render_md
+from matrix.report.model import build_report
 
 PUBLISHED = ROOT / "docs" / "matrix" / "compat.json"
 

@@ -13,11 +13,11 @@ from conftest import ROOT, require_gate_only, run_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from matrix import render_html, render_json, render_md
 from matrix.cells import CELLS
-from matrix.render_json import SCHEMA_FILE
-from matrix.report import build_report
-from matrix.status import Status
+from matrix.report import render_html, render_json, render_md
+from matrix.report.model import build_report
+from matrix.report.render_json import SCHEMA_FILE
+from matrix.report.status import Status
 
 CORPUS = ROOT / "tests" / "corpus"
 NOW = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)

@@ -37,13 +37,13 @@ class Attempt:
 
 @dataclass(slots=True)
 class CaseRecord:
-    """One test case of one cell: every attempt at it, and (once judged by matrix.status) its status."""
+    """One test case of one cell: every attempt at it, and (once judged by matrix.report.status) its status."""
 
     classname: str
     name: str
     attempts: tuple[Attempt, ...]
     properties: dict[str, str]
-    status: object = None  # a matrix.status.Status once judged
+    status: object = None  # a matrix.report.status.Status once judged
     expected: str | None = None
     rule: str | None = None
     issue: str | None = None

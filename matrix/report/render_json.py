@@ -6,8 +6,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from matrix.report import REPORT_SCHEMA, Report
-from matrix.status import CellReport
+from matrix.report.model import REPORT_SCHEMA, Report
+from matrix.report.status import CellReport
 
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 

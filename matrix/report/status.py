@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from matrix.cells import CELLS, Cell, Runner
 from matrix.expectations import Rule, expected_values
-from matrix.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, CaseRecord, CellGroup, Inputs
+from matrix.report.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, CaseRecord, CellGroup, Inputs
 
 
 class Status(enum.Enum):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from matrix.report import COLUMN_NAMES, COLUMNS, ROWS, STACK_NAMES, Report
-from matrix.status import Status
+from matrix.report.model import COLUMN_NAMES, COLUMNS, ROWS, STACK_NAMES, Report
+from matrix.report.status import Status
 
 ANSI = {
     Status.PASS: "32",

@@ -9,11 +9,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matrix.bench import BenchSummary, latest_per_cell
 from matrix.cells import Host, MatrixError, Mode, Runner, Stack
 from matrix.expectations import Rule, load_rules
-from matrix.reading import Inputs, read_inputs
-from matrix.status import CellReport, Status, build_cells, nox_records, status_counts
+from matrix.report.bench import BenchSummary, latest_per_cell
+from matrix.report.reading import Inputs, read_inputs
+from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
 
 REPORT_SCHEMA = "wslpin-kit.compat/1"
 

@@ -13,8 +13,8 @@ from html import escape
 from pathlib import Path
 
 from matrix.cells import CELLS
-from matrix.report import COLUMN_NAMES, COLUMNS, HOST_NAMES, ROWS, STACK_NAMES, Report, detail_rows
-from matrix.status import CellReport, Status
+from matrix.report.model import COLUMN_NAMES, COLUMNS, HOST_NAMES, ROWS, STACK_NAMES, Report, detail_rows
+from matrix.report.status import CellReport, Status
 
 COLOURS = {
     Status.PASS: "#009E73",

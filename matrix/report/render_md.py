@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 from matrix.cells import CELLS
-from matrix.report import COLUMN_NAMES, COLUMNS, HOST_NAMES, ROWS, STACK_NAMES, Report, detail_rows
-from matrix.status import Status
+from matrix.report.model import COLUMN_NAMES, COLUMNS, HOST_NAMES, ROWS, STACK_NAMES, Report, detail_rows
+from matrix.report.status import Status
 
 STEP_SUMMARY_LIMIT = 1 << 20
 _SPECIAL = {c: f"&#{ord(c)};" for c in "|`*_[]\\~#!<>"}
