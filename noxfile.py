@@ -477,10 +477,15 @@ def lock(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff; the workflows through zizmor, actionlint and GitHub's workflow schema."""
-    session.install("ruff==0.17.6", "zizmor==1.32.0", "check-jsonschema==0.39.0")
+    """ruff and mypy (config in pyproject.toml); the workflows through zizmor, actionlint and GitHub's schema."""
+    session.install(
+        "ruff==0.17.6", "zizmor==1.32.0", "check-jsonschema==0.39.0", "mypy==2.4.1", "types-defusedxml", "types-docker"
+    )
+    # The kit's own dependencies, so mypy checks the calls into them (torch and vLLM excepted: see pyproject).
+    session.install("-e", ".[bench,cell,container,repro]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
     workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
     session.run("zizmor", "--offline", "--min-severity", "medium", *workflows)
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)

@@ -21,6 +21,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 _LOG_TAIL = 6000
@@ -39,7 +40,7 @@ class Outcome:
         return self.status == "ok"
 
 
-def _child(fn: Callable[[Any], Any], arg: Any, conn, log_path: str) -> None:
+def _child(fn: Callable[[Any], Any], arg: Any, conn: Connection, log_path: str) -> None:
     # vLLM logs to stdout; keep the child's output in a file the parent reads back.
     fd = os.open(log_path, os.O_WRONLY | os.O_TRUNC)
     os.dup2(fd, 1)
@@ -110,7 +111,7 @@ def run_isolated(
     return [results[i] for i in range(len(args))]
 
 
-def _exit_reason(proc) -> str:
+def _exit_reason(proc: multiprocessing.process.BaseProcess) -> str:
     code = proc.exitcode
     if code is not None and code < 0:
         return f"child died from signal {signal.Signals(-code).name}"

@@ -14,15 +14,19 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 FORMAT = 2  # bump when the files below change, so caches are rebuilt
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 
 # head_dim 64: every attention backend vLLM ships accepts it.
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
     "hidden_size": 128,
@@ -98,7 +102,7 @@ def _corpus() -> list[str]:
     return lines
 
 
-def _tokenizer():
+def _tokenizer() -> Tokenizer:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))

@@ -23,6 +23,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
@@ -159,7 +160,7 @@ def make_app(args: argparse.Namespace) -> web.Application:
     app["args"] = args
     app["engine"] = FakeEngine(args, pinned=os.environ.get("VLLM_WSL2_ENABLE_PIN_MEMORY") == "1")
 
-    async def engine_loop(app: web.Application):
+    async def engine_loop(app: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(app["engine"].run())
         yield
         task.cancel()

@@ -5,11 +5,11 @@ from __future__ import annotations
 METRIC_NAMES = {"itl_ms": "ITL", "ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
 
 
-def _ms(x) -> str:
+def _ms(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
 
-def _mib(x) -> str:
+def _mib(x: float | None) -> str:
     return "not measured" if x is None else f"{x / (1 << 20):.1f} MiB"
 
 

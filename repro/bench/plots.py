@@ -10,6 +10,7 @@ matplotlib.use("Agg")  # files only: runners have no display
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from repro.bench.markdown import METRIC_NAMES  # noqa: E402
 from repro.bench.run import BenchRun  # noqa: E402
@@ -17,7 +18,7 @@ from repro.bench.run import BenchRun  # noqa: E402
 COLOURS = ("#1f77b4", "#d62728")
 
 
-def _save(fig, out: Path, stem: str) -> list[Path]:
+def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
     paths = [out / f"{stem}.{fmt}" for fmt in ("png", "svg")]
     for path in paths:
         fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Date": None} if path.suffix == ".svg" else None)
@@ -47,7 +48,9 @@ def differences(doc: dict, out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     width = 0.8 / len(METRIC_NAMES)
     for i, (metric, name) in enumerate(METRIC_NAMES.items()):
-        xs, ys, err = [], [], [[], []]
+        xs: list[float] = []
+        ys: list[float] = []
+        err: list[list[float]] = [[], []]
         for j, level in enumerate(doc["levels"]):
             c = level["comparisons"][metric]
             if c.get("low") is not None:

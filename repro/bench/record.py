@@ -14,6 +14,7 @@ import math
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from matrix.hostinfo import DetectedHost
 from matrix.report.bench import BENCH_SCHEMA, HEADLINE_METRIC
@@ -31,12 +32,12 @@ METRICS = {
 }
 
 
-def _finite(x):
+def _finite(x: object) -> object:
     """JSON has no NaN: an undefined figure is null."""
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-def _clean(obj):
+def _clean(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _clean(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -55,7 +56,8 @@ def _comparison(diff: stats.Difference | None, base: str, test: str, metric: str
 def _level(run: BenchRun, concurrency: int) -> dict:
     base, test = (arm.name for arm in run.config.arms)
     per_round = {arm: run.requests(arm, concurrency) for arm in (base, test)}
-    arms, comparisons = {}, {}
+    arms: dict[str, dict[str, Any]] = {}
+    comparisons: dict[str, dict] = {}
     for arm in (base, test):
         # A level with a failed request ends the run unstored: what is here all succeeded.
         done = [ar.levels[concurrency] for ar in run.rounds if ar.arm == arm and concurrency in ar.levels]
