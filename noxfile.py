@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from matrix import hostinfo  # noqa: E402
-from matrix.cells import CELLS, Host, MatrixError, select  # noqa: E402
+from matrix.cells import CELLS, Host, select  # noqa: E402
+from matrix.errors import MatrixError  # noqa: E402
 from matrix.layout import run_dir  # noqa: E402
 from matrix.plan import cell_pytest_args, plan_cells  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 from matrix import hostinfo
-from matrix.cells import MatrixError, run_command_line, select
+from matrix.cells import select
+from matrix.cli import run_command_line
+from matrix.errors import MatrixError
 from matrix.plan import Execution, plan_cells
 from matrix.releases import VLLM_VERSION
 

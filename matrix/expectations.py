@@ -17,7 +17,8 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from matrix.cells import CELLS, Cell, MatrixError
+from matrix.cells import CELLS, Cell
+from matrix.errors import MatrixError
 
 EXPECTATIONS_FILE = Path(__file__).with_name("expectations.toml")
 

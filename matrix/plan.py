@@ -5,7 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from matrix.cells import Cell, Host, MatrixError
+from matrix.cells import Cell, Host
+from matrix.errors import MatrixError
 from matrix.hostinfo import DetectedHost
 
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from matrix.bench import BenchSummary, latest_per_cell
-from matrix.cells import Host, MatrixError, Mode, Runner, Stack
+from matrix.cells import Host, Mode, Runner, Stack
+from matrix.errors import MatrixError
 from matrix.expectations import Rule, load_rules
 from matrix.reading import Inputs, read_inputs
 from matrix.status import CellReport, Status, build_cells, nox_records, status_counts

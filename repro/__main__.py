@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 from matrix import hostinfo
-from matrix.cells import Cell, MatrixError, run_command_line, select
+from matrix.cells import Cell, select
+from matrix.cli import run_command_line
+from matrix.errors import MatrixError
 from matrix.plan import Execution, plan_cells
 from repro import offload, probe
 

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matrix.cells import Cell, MatrixError
+from matrix.cells import Cell
+from matrix.errors import MatrixError
 from matrix.plan import CellPlan, Execution
 from repro.bench import client, profile, servers, stats
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from matrix import hostinfo
-from matrix.cells import Cell, MatrixError, select
+from matrix.cells import Cell, select
+from matrix.errors import MatrixError
 from matrix.expectations import GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.plan import plan_cells
 from repro import gate, offload

@@ -19,7 +19,8 @@ import pytest
 from conftest import ROOT, run_module
 
 from matrix.bench import BENCH_SCHEMA, latest_per_cell
-from matrix.cells import Cell, Host, MatrixError, select
+from matrix.cells import Cell, Host, select
+from matrix.errors import MatrixError
 from matrix.plan import CellPlan, Execution, plan_cells
 from matrix.render_json import SCHEMA_FILE
 from repro.bench import profile, record, run, servers

@@ -3,7 +3,8 @@ import json
 import pytest
 from conftest import run_module
 
-from matrix.cells import CELLS, Cell, Host, MatrixError, Mode, Runner, Stack, select
+from matrix.cells import CELLS, Cell, Host, Mode, Runner, Stack, select
+from matrix.errors import MatrixError
 
 
 def test_the_matrix_has_24_distinct_cells():

@@ -1,6 +1,7 @@
 import pytest
 
-from matrix.cells import CELLS, Cell, MatrixError
+from matrix.cells import CELLS, Cell
+from matrix.errors import MatrixError
 from matrix.expectations import GATE_KEYS, PIN_ENVS, REPRO_KEYS, expected_values, load_rules
 
 RULES = load_rules()

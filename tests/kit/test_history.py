@@ -9,7 +9,7 @@ from conftest import ROOT, run_module
 from test_report import NOW, envelope, gate_case
 
 from matrix import render_html, render_md
-from matrix.cells import MatrixError
+from matrix.errors import MatrixError
 from matrix.releases import HISTORY_VERSIONS
 from matrix.report import build_report
 
