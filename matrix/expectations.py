@@ -36,7 +36,7 @@ GATE_KEYS = {
 }
 # What the offload-with-graph reproduction does on a GPU (see repro/offload.py).
 REPRO_KEYS = {
-    "repro": "the offloaded engine run: works, or its failure kind (matrix/failures.py)",
+    "repro": "the offloaded engine run: works, or its failure kind (repro/failures.py)",
     "offloaded": "parameters really left device memory with cpu_offload_gb=1",
 }
 

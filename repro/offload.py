@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from matrix.cells import Cell
-from matrix.failures import FailureKind, classify
+from repro.failures import FailureKind, classify
 from repro.isolation import run_json_child
 
 DEFAULT_TIMEOUT = 600.0

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matrix.failures import classify
+from repro.failures import classify
 from repro.isolation import run_json_child
 
 MiB = 1 << 20

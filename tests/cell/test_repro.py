@@ -16,9 +16,9 @@ import pytest
 
 from matrix import hostinfo
 from matrix.cells import Host, Mode
-from matrix.failures import FailureKind
 from matrix.plan import Execution
 from repro import offload, probe
+from repro.failures import FailureKind
 from repro.gate import GateRequest
 from repro.tinymodel import tiny_model
 

@@ -10,8 +10,8 @@ import pytest
 from conftest import require_gate_only
 
 from matrix.cells import Cell
-from matrix.failures import FailureKind
 from repro import offload, probe
+from repro.failures import FailureKind
 from repro.isolation import run_command
 from repro.tinymodel import tiny_model
 

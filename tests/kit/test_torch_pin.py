@@ -10,8 +10,8 @@ from conftest import run_module
 from junitparser import Failure, JUnitXml
 
 from matrix import hostinfo
-from matrix.failures import torch_at_fault
 from matrix.junit import case_properties, suite_properties
+from repro.failures import torch_at_fault
 
 CELL = "cuda-linux-v1-graph"
 
