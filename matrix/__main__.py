@@ -56,7 +56,7 @@ def _nox_listing(path: str) -> list[dict]:
 
 
 def cmd_plan(args) -> int:
-    from matrix import pipeline
+    from matrix.ci import pipeline
 
     if args.format == "github":
         cells = select(_cells_arg(args))
@@ -85,7 +85,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_pipeline(args) -> int:
-    from matrix import pipeline
+    from matrix.ci import pipeline
 
     print(pipeline.buildkite_pipeline(select(_cells_arg(args)), args.vllm))
     return 0
@@ -197,7 +197,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_page(args) -> int:
-    from matrix import browser
+    from matrix.ci import browser
 
     page = Path(args.report) / "index.html"
     if not page.exists():

@@ -80,7 +80,7 @@ def test_contradicted_rules_are_named(tmp_path):
 
 
 def test_the_release_selector_shows_one_release_at_a_time(tmp_path):
-    from matrix import browser
+    from matrix.ci import browser
 
     try:
         browser.chromium()
