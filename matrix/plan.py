@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from matrix.cells import Cell, Host
 from matrix.errors import MatrixError
-from matrix.hostinfo import DetectedHost
+from matrix.host.classify import DetectedHost
 
 
 class Execution(enum.Enum):

@@ -8,10 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from matrix import hostinfo
 from matrix.cells import Cell, select
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
+from matrix.host import classify, facts
 from matrix.plan import Execution, plan_cells
 from repro import offload, probe
 
@@ -26,7 +26,7 @@ SHOWN = ("imports", "platform_pin", "pin", "uva", "warning", "v2_buffer", "offlo
 def cmd_gate(args) -> int:
     from repro import gate
 
-    plans = plan_cells(select(args.cells), hostinfo.detect(hostinfo.collect_facts()))
+    plans = plan_cells(select(args.cells), classify.detect(facts.collect_facts()))
     requests = gate.requests_for(plans)
     started = time.perf_counter()
     outcomes = gate.evaluate(requests, timeout=args.timeout, jobs=args.jobs)
@@ -64,7 +64,7 @@ def cmd_tiny_model(args) -> int:
 
 def cmd_offload_graph(args) -> int:
     cell = Cell.parse(args.cell)
-    (plan,) = plan_cells([cell], hostinfo.detect(hostinfo.collect_facts()))
+    (plan,) = plan_cells([cell], classify.detect(facts.collect_facts()))
     plan.require_gpu("run", "run it on the cell's GPU")
     from repro.tinymodel import tiny_model
 
@@ -83,7 +83,7 @@ def cmd_offload_graph(args) -> int:
 
 
 def cmd_probe(args) -> int:
-    here = hostinfo.detect(hostinfo.collect_facts())
+    here = classify.detect(facts.collect_facts())
     names = list(probe.SECTIONS) if not args.sections else args.sections.split(",")
     unknown = [n for n in names if n not in probe.SECTIONS]
     if unknown:
@@ -159,7 +159,7 @@ def cmd_bench(args) -> int:
     from repro.tinymodel import tiny_model
 
     arms = Arm.parse_all(args.arms)
-    here = hostinfo.detect(hostinfo.collect_facts())
+    here = classify.detect(facts.collect_facts())
     (plan,) = plan_cells([Cell.parse(args.cell)], here)
     if args.server == "vllm":
         plan.require_gpu("serve vLLM", BENCH_WITHOUT_GPU)
@@ -189,7 +189,7 @@ def cmd_bench(args) -> int:
         profile=not args.no_profile,
     )
     run = run_bench(config, say=lambda line: print(line, flush=True))
-    doc = record.document(run, here, hostinfo.kit_commit())
+    doc = record.document(run, here, facts.kit_commit())
     record.write(doc, out / "bench.json")
     (out / "bench.md").write_text(markdown.render(doc))
     written = [out / "bench.json", out / "bench.md"]

@@ -382,7 +382,7 @@ def _fact(ok: bool, message: str) -> None:
 
 
 def host_of(here) -> dict[str, str]:
-    """The probe record's description of a matrix.hostinfo.DetectedHost."""
+    """The probe record's description of a matrix.host.classify.DetectedHost."""
     return {
         "stack": here.stack.value if here.stack else "none",
         "host": here.host.value,

@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from matrix.bench import BENCH_SCHEMA, HEADLINE_METRIC
-from matrix.hostinfo import DetectedHost
+from matrix.host.classify import DetectedHost
 from repro.bench import stats
 from repro.bench.client import RequestRecord
 from repro.bench.profile import StepProfile

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from matrix import hostinfo
 from matrix.cells import Host, Mode
+from matrix.host import classify, facts
 from matrix.plan import Execution
 from repro import offload, probe
 from repro.failures import FailureKind
@@ -140,7 +140,7 @@ def probe_results(request):
     out = request.config.getoption("--probe-out")
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        here = hostinfo.detect(hostinfo.collect_facts())
+        here = classify.detect(facts.collect_facts())
         Path(out).write_text(json.dumps(probe.metrics_document(results, probe.host_of(here)), indent=2) + "\n")
     return results
 

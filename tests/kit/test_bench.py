@@ -206,6 +206,6 @@ def test_the_cli_refuses_vllm_without_the_cells_gpu_and_names_the_way_out():
 
 
 def _here():
-    from matrix import hostinfo
+    from matrix.host import classify, facts
 
-    return hostinfo.detect(hostinfo.collect_facts())
+    return classify.detect(facts.collect_facts())
