@@ -10,25 +10,33 @@ import enum
 import fnmatch
 import itertools
 from dataclasses import dataclass
+from typing import Self
 
 from matrix.errors import MatrixError
 
 
-class Axis(enum.Enum):
-    """An axis value; its ``value`` is the spelling used in ids and nox sessions."""
+class Axis(enum.StrEnum):
+    """An axis value: the string used in ids and nox sessions, ordered the way the matrix is written."""
 
-    def __str__(self) -> str:
-        return self.value
+    # Definition order, not str's alphabetical order, so cells sort the way the matrix is written
+    # (Cell's generated comparisons use all four operators).
+    def _rank(self) -> int:
+        return list(type(self)).index(self)
 
-    def __lt__(self, other: Axis) -> bool:
-        # Definition order, so cells sort the way the matrix is written.
-        if type(other) is not type(self):
-            return NotImplemented
-        members = list(type(self))
-        return members.index(self) < members.index(other)
+    def __lt__(self, other: object) -> bool:
+        return self._rank() < other._rank() if type(other) is type(self) else NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        return self._rank() <= other._rank() if type(other) is type(self) else NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        return self._rank() > other._rank() if type(other) is type(self) else NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        return self._rank() >= other._rank() if type(other) is type(self) else NotImplemented
 
     @classmethod
-    def parse(cls, text: str):
+    def parse(cls, text: str) -> Self:
         try:
             return cls(text)
         except ValueError:
@@ -122,14 +130,15 @@ class Cell:
             raise MatrixError(
                 f"bad cell id {text!r}: expected stack-host-runner-mode, e.g. cuda-wsl2new-v2-graph; {_valid_values()}"
             )
-        return cls(*(axis.parse(part) for axis, part in zip(AXES, parts, strict=True)))
+        stack, host, runner, mode = parts
+        return cls(Stack.parse(stack), Host.parse(host), Runner.parse(runner), Mode.parse(mode))
 
     def env(self) -> dict[str, str]:
         """Environment variables the cell sets for vLLM."""
         return {"VLLM_USE_V2_MODEL_RUNNER": self.runner.env_value}
 
 
-CELLS: tuple[Cell, ...] = tuple(Cell(*values) for values in itertools.product(*(list(axis) for axis in AXES)))
+CELLS: tuple[Cell, ...] = tuple(itertools.starmap(Cell, itertools.product(Stack, Host, Runner, Mode)))
 
 
 def _valid_values() -> str:

@@ -10,14 +10,11 @@ from matrix.errors import MatrixError
 from matrix.host.classify import DetectedHost
 
 
-class Execution(enum.Enum):
+class Execution(enum.StrEnum):
     NATIVE = "native"  # the machine is the cell's host, GPU stack included
     EMULATED = "emulated"  # real GPU stack; WSL2 host presented to vLLM by a patched uname
     GATE_ONLY = "gate-only"  # no usable GPU for the cell: gate tests only
     MISROUTED = "misrouted"  # a runner claimed the cell natively, but is not its host
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def uses_gpu(self) -> bool:
