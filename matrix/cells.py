@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from matrix.errors import MatrixError
+from matrix.variables import V2_MODEL_RUNNER
 
 
 class Axis(enum.StrEnum):
@@ -92,7 +93,7 @@ class Runner(Axis):
 
     @property
     def env_value(self) -> str:
-        """``VLLM_USE_V2_MODEL_RUNNER`` for this runner."""
+        """``V2_MODEL_RUNNER``'s value for this runner."""
         return "1" if self is Runner.V2 else "0"
 
 
@@ -135,7 +136,7 @@ class Cell:
 
     def env(self) -> dict[str, str]:
         """Environment variables the cell sets for vLLM."""
-        return {"VLLM_USE_V2_MODEL_RUNNER": self.runner.env_value}
+        return {V2_MODEL_RUNNER.name: self.runner.env_value}
 
 
 CELLS: tuple[Cell, ...] = tuple(itertools.starmap(Cell, itertools.product(Stack, Host, Runner, Mode)))

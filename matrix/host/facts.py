@@ -93,7 +93,7 @@ def torch_info() -> dict[str, str | None] | None:
         target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
         if isinstance(target, ast.Name) and target.id in ("cuda", "hip", "git_version"):
             value = getattr(node, "value", None)
-            if isinstance(value, ast.Constant):
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 info[target.id] = value.value
     return info
 

@@ -63,7 +63,7 @@ def section_bandwidth() -> dict:
     for size in SIZES:
         reps = 20 if size <= 64 * MiB else 5
         device = torch.empty(size, dtype=torch.uint8, device="cuda")
-        row = {"bytes": size}
+        row: dict[str, float] = {"bytes": size}
         for kind, pinned in (("pinned", True), ("pageable", False)):
             host = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
             host.fill_(1)
@@ -142,6 +142,8 @@ def _device_pointer(host_tensor) -> int:
     code = get(ctypes.byref(ptr), ctypes.c_void_p(host_tensor.data_ptr()), 0)
     if code != 0:
         raise RuntimeError(f"HostGetDevicePointer failed ({code}): {describe(code).decode()}")
+    if ptr.value is None:
+        raise RuntimeError("HostGetDevicePointer succeeded but gave a null pointer")
     return ptr.value
 
 
@@ -222,7 +224,7 @@ def section_offload_step() -> dict:
     if uva_error:
         results["uva_zero_copy"] = {"skipped": uva_error}
     for name, fn in variants.items():
-        entry = {"eager_ms": round(_time_fn(torch, fn) * 1000, 3)}
+        entry: dict[str, float | str] = {"eager_ms": round(_time_fn(torch, fn) * 1000, 3)}
         try:
             graph = _capture(torch, fn)
             entry["graph_ms"] = round(_time_fn(torch, graph.replay) * 1000, 3)
@@ -271,12 +273,13 @@ def section_offload_step_ab() -> dict:
                 torch.cuda.synchronize()
                 times.append((time.perf_counter() - t0) * 1000)
             samples[arm].append(times)
-    comparisons = []
+    comparisons: list[dict[str, object]] = []
     for mode, base, test in AB_PAIRS:
-        if (mode, base) not in samples or (mode, test) not in samples:
+        missing = (mode, base) not in samples or (mode, test) not in samples
+        diff = None if missing else stats.compare(samples[(mode, base)], samples[(mode, test)])
+        if diff is None:
             comparisons.append({"mode": mode, "base": base, "test": test, "skipped": uva_error or "no such arm"})
             continue
-        diff = stats.compare(samples[(mode, base)], samples[(mode, test)])
         comparisons.append(
             {
                 "mode": mode,
