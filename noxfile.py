@@ -25,8 +25,9 @@ from packaging.version import InvalidVersion, Version
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from matrix import hostinfo  # noqa: E402
-from matrix.cells import CELLS, Host, MatrixError, select  # noqa: E402
+from matrix.cells import CELLS, Host, select  # noqa: E402
+from matrix.errors import MatrixError  # noqa: E402
+from matrix.host import classify, facts  # noqa: E402
 from matrix.layout import run_dir  # noqa: E402
 from matrix.plan import cell_pytest_args, plan_cells  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
@@ -116,7 +117,7 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
     if args.image:
         _run_in_image(session, pattern, group, args.image, (*tests, *pytest_args))
         return
-    plans = plan_cells(cells, hostinfo.detect(hostinfo.collect_facts()))
+    plans = plan_cells(cells, classify.detect(facts.collect_facts()))
     _install(session, args.vllm, full=any(plan.execution.uses_gpu for plan in plans))
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     tmp = Path(session.create_tmp())
@@ -339,7 +340,7 @@ def bench(session: nox.Session) -> None:
         session.install("-e", ".[bench]")
     else:
         try:
-            (plan,) = plan_cells(select(bench_args.cell), hostinfo.detect(hostinfo.collect_facts()))
+            (plan,) = plan_cells(select(bench_args.cell), classify.detect(facts.collect_facts()))
             # Checked before installing vLLM's full stack (GBs) for nothing.
             plan.require_gpu("serve vLLM", "add `-- --server fake` to run the benchmark against the kit's test server")
         except MatrixError as exc:

@@ -8,8 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from matrix import hostinfo
-from matrix.cells import MatrixError, run_command_line, select
+from matrix.cells import select
+from matrix.cli import run_command_line
+from matrix.errors import MatrixError
+from matrix.host import classify, facts
 from matrix.plan import Execution, plan_cells
 from matrix.releases import VLLM_VERSION
 
@@ -25,7 +27,7 @@ def _add_cells(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_env(args) -> int:
-    record = hostinfo.collect_environment()
+    record = facts.collect_environment()
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -42,7 +44,7 @@ def cmd_env(args) -> int:
 
 
 def _detected():
-    return hostinfo.detect(hostinfo.collect_facts())
+    return classify.detect(facts.collect_facts())
 
 
 def _nox_listing(path: str) -> list[dict]:
@@ -54,7 +56,7 @@ def _nox_listing(path: str) -> list[dict]:
 
 
 def cmd_plan(args) -> int:
-    from matrix import pipeline
+    from matrix.ci import pipeline
 
     if args.format == "github":
         cells = select(_cells_arg(args))
@@ -83,7 +85,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_pipeline(args) -> int:
-    from matrix import pipeline
+    from matrix.ci import pipeline
 
     print(pipeline.buildkite_pipeline(select(_cells_arg(args)), args.vllm))
     return 0
@@ -98,8 +100,8 @@ def _env_record(path: Path) -> dict:
         record = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MatrixError(f"--env {path} is not JSON ({exc}): {again}") from None
-    if not isinstance(record, dict) or record.get("schema") != hostinfo.ENV_SCHEMA:
-        raise MatrixError(f"--env {path} is not an environment record (schema {hostinfo.ENV_SCHEMA}): {again}")
+    if not isinstance(record, dict) or record.get("schema") != classify.ENV_SCHEMA:
+        raise MatrixError(f"--env {path} is not an environment record (schema {classify.ENV_SCHEMA}): {again}")
     return record
 
 
@@ -115,11 +117,11 @@ def cmd_split(args) -> int:
             f"{raw} does not exist: give the JUnit file pytest wrote (--junitxml), "
             "or add --crashed-if-missing to record the cells as crashed because pytest wrote none"
         )
-    plans = plan_cells(select(_cells_arg(args)), hostinfo.detected_from_record(record))
+    plans = plan_cells(select(_cells_arg(args)), classify.detected_from_record(record))
     run = RunInfo(
         env=record,
-        kit_commit=hostinfo.kit_commit(),
-        runner_name=hostinfo.runner_name(),
+        kit_commit=facts.kit_commit(),
+        runner_name=facts.runner_name(),
         started_at=args.started_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
     written = write_cell_results(plans, raw if raw.exists() else None, run, Path(args.out))
@@ -160,7 +162,7 @@ def cmd_report(args) -> int:
     try:
         report = build_report(
             args.inputs,
-            kit_commit=hostinfo.kit_commit(),
+            kit_commit=facts.kit_commit(),
             previous=load(args.previous, "--previous"),
             nox_report=load(args.nox_report, "--nox-report"),
             max_age_days=args.max_age_days,
@@ -195,7 +197,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_page(args) -> int:
-    from matrix import browser
+    from matrix.ci import browser
 
     page = Path(args.report) / "index.html"
     if not page.exists():

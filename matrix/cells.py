@@ -6,68 +6,38 @@ derive them from here.
 
 from __future__ import annotations
 
-import argparse
 import enum
 import fnmatch
 import itertools
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Self
+
+from matrix.errors import MatrixError
+from matrix.variables import V2_MODEL_RUNNER
 
 
-class MatrixError(ValueError):
-    """Bad input from a person: the message is one line that says what to do."""
+class Axis(enum.StrEnum):
+    """An axis value: the string used in ids and nox sessions, ordered the way the matrix is written."""
 
+    # Definition order, not str's alphabetical order, so cells sort the way the matrix is written
+    # (Cell's generated comparisons use all four operators).
+    def _rank(self) -> int:
+        return list(type(self)).index(self)
 
-KIT_ROOT = Path(__file__).resolve().parent.parent
-# A module of the kit itself that fails to import is a bug: it keeps its traceback.
-KIT_PACKAGES = ("matrix", "repro")
+    def __lt__(self, other: object) -> bool:
+        return self._rank() < other._rank() if type(other) is type(self) else NotImplemented
 
+    def __le__(self, other: object) -> bool:
+        return self._rank() <= other._rank() if type(other) is type(self) else NotImplemented
 
-def missing_dependency(module: str) -> str:
-    """What to do when this Python lacks a package a command imports."""
-    return (
-        f"this Python ({sys.executable}) has no module {module!r}: run the command with "
-        f"{KIT_ROOT / '.nox' / 'tests' / 'bin' / 'python'} (made by `nox -s tests`), "
-        f"or install the kit into this Python with `pip install -e '.[test]'` in {KIT_ROOT}"
-    )
+    def __gt__(self, other: object) -> bool:
+        return self._rank() > other._rank() if type(other) is type(self) else NotImplemented
 
-
-def run_command_line(build_parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None) -> int:
-    """Build the parser, parse, run the chosen command.
-
-    A MatrixError, or a package this Python lacks, is one line on stderr and exit 2, never a traceback.
-    Commands import third-party packages lazily, so this also covers the imports ``build_parser`` makes.
-    """
-    try:
-        args = build_parser().parse_args(argv)
-        return args.func(args)
-    except MatrixError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except ModuleNotFoundError as exc:
-        if exc.name is None or exc.name.partition(".")[0] in KIT_PACKAGES:
-            raise
-        print(f"error: {missing_dependency(exc.name)}", file=sys.stderr)
-        return 2
-
-
-class Axis(enum.Enum):
-    """An axis value; its ``value`` is the spelling used in ids and nox sessions."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __lt__(self, other: Axis) -> bool:
-        # Definition order, so cells sort the way the matrix is written.
-        if type(other) is not type(self):
-            return NotImplemented
-        members = list(type(self))
-        return members.index(self) < members.index(other)
+    def __ge__(self, other: object) -> bool:
+        return self._rank() >= other._rank() if type(other) is type(self) else NotImplemented
 
     @classmethod
-    def parse(cls, text: str):
+    def parse(cls, text: str) -> Self:
         try:
             return cls(text)
         except ValueError:
@@ -123,7 +93,7 @@ class Runner(Axis):
 
     @property
     def env_value(self) -> str:
-        """``VLLM_USE_V2_MODEL_RUNNER`` for this runner."""
+        """``V2_MODEL_RUNNER``'s value for this runner."""
         return "1" if self is Runner.V2 else "0"
 
 
@@ -161,14 +131,15 @@ class Cell:
             raise MatrixError(
                 f"bad cell id {text!r}: expected stack-host-runner-mode, e.g. cuda-wsl2new-v2-graph; {_valid_values()}"
             )
-        return cls(*(axis.parse(part) for axis, part in zip(AXES, parts, strict=True)))
+        stack, host, runner, mode = parts
+        return cls(Stack.parse(stack), Host.parse(host), Runner.parse(runner), Mode.parse(mode))
 
     def env(self) -> dict[str, str]:
         """Environment variables the cell sets for vLLM."""
-        return {"VLLM_USE_V2_MODEL_RUNNER": self.runner.env_value}
+        return {V2_MODEL_RUNNER.name: self.runner.env_value}
 
 
-CELLS: tuple[Cell, ...] = tuple(Cell(*values) for values in itertools.product(*(list(axis) for axis in AXES)))
+CELLS: tuple[Cell, ...] = tuple(itertools.starmap(Cell, itertools.product(Stack, Host, Runner, Mode)))
 
 
 def _valid_values() -> str:

@@ -17,11 +17,11 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from matrix.cells import CELLS, Cell, MatrixError
+from matrix.cells import CELLS, Cell
+from matrix.errors import MatrixError
+from matrix.variables import GATE_PIN_VALUES
 
 EXPECTATIONS_FILE = Path(__file__).with_name("expectations.toml")
-
-PIN_ENVS = ("unset", "1")
 
 # The gate values vLLM decides, as recorded by repro.gate; descriptions for people.
 GATE_KEYS = {
@@ -35,7 +35,7 @@ GATE_KEYS = {
 }
 # What the offload-with-graph reproduction does on a GPU (see repro/offload.py).
 REPRO_KEYS = {
-    "repro": "the offloaded engine run: works, or its failure kind (matrix/failures.py)",
+    "repro": "the offloaded engine run: works, or its failure kind (repro/failures.py)",
     "offloaded": "parameters really left device memory with cpu_offload_gb=1",
 }
 
@@ -82,8 +82,8 @@ def _rule_from_table(index: int, table: dict) -> Rule:
     except InvalidSpecifier:
         raise MatrixError(f"{where} in expectations.toml: bad vllm range {table['vllm']!r}") from None
     pin_env = table.get("pin_env")
-    if pin_env not in (None, *PIN_ENVS):
-        raise MatrixError(f"{where} in expectations.toml: pin_env must be one of {PIN_ENVS}")
+    if pin_env not in (None, *GATE_PIN_VALUES):
+        raise MatrixError(f"{where} in expectations.toml: pin_env must be one of {GATE_PIN_VALUES}")
     expect = dict(table.get("expect", {}))
     bad = set(expect) - set(GATE_KEYS) - set(REPRO_KEYS)
     if bad or not expect:

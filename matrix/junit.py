@@ -15,7 +15,7 @@ from pathlib import Path
 
 from junitparser import Error, JUnitXml, JUnitXmlError, Properties, TestCase, TestSuite
 
-from matrix.cells import MatrixError
+from matrix.errors import MatrixError
 from matrix.layout import vllm_release
 from matrix.plan import CellPlan
 

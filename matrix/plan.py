@@ -5,18 +5,16 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from matrix.cells import Cell, Host, MatrixError
-from matrix.hostinfo import DetectedHost
+from matrix.cells import Cell, Host
+from matrix.errors import MatrixError
+from matrix.host.classify import DetectedHost
 
 
-class Execution(enum.Enum):
+class Execution(enum.StrEnum):
     NATIVE = "native"  # the machine is the cell's host, GPU stack included
     EMULATED = "emulated"  # real GPU stack; WSL2 host presented to vLLM by a patched uname
     GATE_ONLY = "gate-only"  # no usable GPU for the cell: gate tests only
     MISROUTED = "misrouted"  # a runner claimed the cell natively, but is not its host
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def uses_gpu(self) -> bool:

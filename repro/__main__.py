@@ -8,9 +8,19 @@ import sys
 import time
 from pathlib import Path
 
-from matrix import hostinfo
-from matrix.cells import Cell, MatrixError, run_command_line, select
+from matrix.cells import Cell, select
+from matrix.cli import run_command_line
+from matrix.errors import MatrixError
+from matrix.host import classify, facts
 from matrix.plan import Execution, plan_cells
+from matrix.variables import (
+    BENCH_PIN_VALUES,
+    GATE_PIN_VALUES,
+    OFFLOAD_DISABLE_PIN_MEMORY,
+    OFFLOAD_DISABLE_UVA,
+    PIN_MEMORY,
+    UNSET,
+)
 from repro import offload, probe
 
 BUILD = Path(__file__).resolve().parent.parent / "build"
@@ -24,7 +34,7 @@ SHOWN = ("imports", "platform_pin", "pin", "uva", "warning", "v2_buffer", "offlo
 def cmd_gate(args) -> int:
     from repro import gate
 
-    plans = plan_cells(select(args.cells), hostinfo.detect(hostinfo.collect_facts()))
+    plans = plan_cells(select(args.cells), classify.detect(facts.collect_facts()))
     requests = gate.requests_for(plans)
     started = time.perf_counter()
     outcomes = gate.evaluate(requests, timeout=args.timeout, jobs=args.jobs)
@@ -62,7 +72,7 @@ def cmd_tiny_model(args) -> int:
 
 def cmd_offload_graph(args) -> int:
     cell = Cell.parse(args.cell)
-    (plan,) = plan_cells([cell], hostinfo.detect(hostinfo.collect_facts()))
+    (plan,) = plan_cells([cell], classify.detect(facts.collect_facts()))
     plan.require_gpu("run", "run it on the cell's GPU")
     from repro.tinymodel import tiny_model
 
@@ -81,7 +91,7 @@ def cmd_offload_graph(args) -> int:
 
 
 def cmd_probe(args) -> int:
-    here = hostinfo.detect(hostinfo.collect_facts())
+    here = classify.detect(facts.collect_facts())
     names = list(probe.SECTIONS) if not args.sections else args.sections.split(",")
     unknown = [n for n in names if n not in probe.SECTIONS]
     if unknown:
@@ -157,7 +167,7 @@ def cmd_bench(args) -> int:
     from repro.tinymodel import tiny_model
 
     arms = Arm.parse_all(args.arms)
-    here = hostinfo.detect(hostinfo.collect_facts())
+    here = classify.detect(facts.collect_facts())
     (plan,) = plan_cells([Cell.parse(args.cell)], here)
     if args.server == "vllm":
         plan.require_gpu("serve vLLM", BENCH_WITHOUT_GPU)
@@ -187,7 +197,7 @@ def cmd_bench(args) -> int:
         profile=not args.no_profile,
     )
     run = run_bench(config, say=lambda line: print(line, flush=True))
-    doc = record.document(run, here, hostinfo.kit_commit())
+    doc = record.document(run, here, facts.kit_commit())
     record.write(doc, out / "bench.json")
     (out / "bench.md").write_text(markdown.render(doc))
     written = [out / "bench.json", out / "bench.md"]
@@ -236,8 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     o = sub.add_parser("offload-graph", help="the offload-with-graph reproduction for one cell (needs its GPU)")
     o.add_argument("--cell", required=True, help="e.g. cuda-wsl2new-v1-graph")
-    o.add_argument("--pin-env", choices=["unset", "1"], default="unset", help="VLLM_WSL2_ENABLE_PIN_MEMORY")
-    o.add_argument("--minimal", action="store_true", help="add VLLM_WEIGHT_OFFLOADING_DISABLE_UVA/_PIN_MEMORY=1")
+    o.add_argument("--pin-env", choices=GATE_PIN_VALUES, default=UNSET, help=PIN_MEMORY.name)
+    o.add_argument(
+        "--minimal", action="store_true", help=f"add {OFFLOAD_DISABLE_UVA.name}=1, {OFFLOAD_DISABLE_PIN_MEMORY.name}=1"
+    )
     o.add_argument("--timeout", type=float, default=offload.DEFAULT_TIMEOUT, help="seconds per engine run")
     o.add_argument("--cache", default=str(BUILD), help="where the tiny model is built")
     o.set_defaults(func=cmd_offload_graph)
@@ -251,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="A/B benchmark of two arms (pin=unset vs pin=1) through `vllm serve`, with CIs")
     b.add_argument("--cell", required=True, help="e.g. cuda-wsl2new-v2-graph: sets runner, graph mode, host")
     b.add_argument("--model", help="model directory (default: the tiny local Llama; a name for --server fake)")
-    b.add_argument("--arms", default="pin=unset,pin=1", help="two arms: VLLM_WSL2_ENABLE_PIN_MEMORY unset|0|1")
+    b.add_argument(
+        "--arms", default="pin=unset,pin=1", help=f"two arms: {PIN_MEMORY.name} {'|'.join(BENCH_PIN_VALUES)}"
+    )
     b.add_argument("--server", choices=["vllm", "fake"], default="vllm", help="fake: the kit's test server, no GPU")
     b.add_argument("--rounds", type=int, default=4, help="rounds, each running both arms in turn")
     b.add_argument("--concurrency", default="1,4,16,64", help="levels of requests in flight")

@@ -35,9 +35,10 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from matrix import hostinfo
 from matrix.cells import Cell, Host, Stack
-from matrix.hostinfo import DetectedHost, kit_commit, runner_name
+from matrix.host import classify, facts
+from matrix.host.classify import DetectedHost
+from matrix.host.facts import kit_commit, runner_name
 from matrix.junit import RunInfo, write_cell_results
 from matrix.layout import run_dir
 from matrix.plan import CellPlan, cell_pytest_args, plan_cells
@@ -357,8 +358,8 @@ def _crashed_record() -> dict:
     The packages were the image's, which never said which: the host's vLLM (a reused nox
     environment has one) must not pass for them and file the crash under a release it never ran.
     """
-    record = {**hostinfo.collect_environment(), "packages": {"torch": None, "vllm": None}}
-    return {**record, "env_hash": hostinfo.environment_hash(record)}
+    record = {**facts.collect_environment(), "packages": {"torch": None, "vllm": None}}
+    return {**record, "env_hash": classify.environment_hash(record)}
 
 
 def run_in_image(
@@ -377,7 +378,7 @@ def run_in_image(
     tests describe a GPU host this machine cannot be.
     """
     environ = dict(os.environ if environ is None else environ)
-    here = here or hostinfo.detect(hostinfo.collect_facts())
+    here = here or classify.detect(facts.collect_facts())
     name = cells[0].id if len(cells) == 1 else "container"
     results = results.resolve()
     results.mkdir(parents=True, exist_ok=True)
@@ -410,7 +411,7 @@ def run_in_image(
             crashed = exit_reason(ran, timeout, out / log)
         digest = ran.image_digest if ran is not None else ""
         run = RunInfo(record, kit_commit(), runner_name(), started, image=image, image_digest=digest)
-        plans = plan_cells(cells, hostinfo.detected_from_record(record))
+        plans = plan_cells(cells, classify.detected_from_record(record))
         if crashed:
             written = write_cell_results(plans, None, run, out, raw_missing=f"crashed in {image}: {crashed}")
         else:

@@ -17,12 +17,11 @@ import traceback
 from dataclasses import dataclass
 
 from matrix.cells import Cell, Host, Runner, Stack
-from matrix.expectations import PIN_ENVS
 from matrix.plan import CellPlan, Execution
+from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY, V2_MODEL_RUNNER
 from repro import emulation
 from repro.isolation import Outcome, run_isolated
 
-PIN_ENV_VAR = "VLLM_WSL2_ENABLE_PIN_MEMORY"
 DEFAULT_TIMEOUT = 180.0
 # Imported in the parent before forking: host-independent and slow (~5 s of the
 # ~6 s `import vllm` costs), so each child only pays for vLLM itself.
@@ -33,7 +32,7 @@ PRELOAD = ("torch", "torch._dynamo", "torch._inductor", "transformers")
 class GateRequest:
     stack: Stack
     host: Host
-    pin_env: str  # "unset" | "1"
+    pin_env: str  # one of GATE_PIN_VALUES
     present_host: bool  # patch uname: the real host is not the cell's host
     stub_gpu: bool  # no GPU of this stack here
 
@@ -84,7 +83,7 @@ def _first_module(*names: str):
 def _runner_choice(env_value: str) -> str:
     from vllm.config import VllmConfig
 
-    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = env_value
+    V2_MODEL_RUNNER.apply(os.environ, env_value)
     return "v2" if VllmConfig().use_v2_model_runner else "v1"
 
 
@@ -140,10 +139,7 @@ def _offload_path() -> str:
 
 def decide(request: GateRequest) -> dict:
     """In a fresh process: present the host, import vLLM, record what it decides."""
-    if request.pin_env == "unset":
-        os.environ.pop(PIN_ENV_VAR, None)
-    else:
-        os.environ[PIN_ENV_VAR] = request.pin_env
+    PIN_MEMORY.apply(os.environ, request.pin_env)
     if request.present_host:
         emulation.present_host(request.host)
     if request.stub_gpu:
@@ -199,7 +195,7 @@ def preload() -> None:
 
 def requests_for(plans: list[CellPlan]) -> list[GateRequest]:
     """The distinct host evaluations the planned cells need, for both ``pin_env`` values."""
-    return sorted({GateRequest.for_cell(p.cell, pin_env, p.execution) for p in plans for pin_env in PIN_ENVS})
+    return sorted({GateRequest.for_cell(p.cell, pin_env, p.execution) for p in plans for pin_env in GATE_PIN_VALUES})
 
 
 def evaluate(

@@ -17,17 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from matrix.cells import Cell
-from matrix.failures import FailureKind, classify
+from matrix.variables import (
+    OFFLOAD_DISABLE_PIN_MEMORY,
+    OFFLOAD_DISABLE_UVA,
+    PIN_MEMORY,
+    V1_MULTIPROCESSING,
+)
+from repro.failures import FailureKind, classify
 from repro.isolation import run_json_child
 
 DEFAULT_TIMEOUT = 600.0
-MINIMAL_FORM_ENV = {"VLLM_WEIGHT_OFFLOADING_DISABLE_UVA": "1", "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY": "1"}
+MINIMAL_FORM_ENV = {OFFLOAD_DISABLE_UVA.name: "1", OFFLOAD_DISABLE_PIN_MEMORY.name: "1"}
 
 
 @dataclass(frozen=True, order=True)
 class EngineRun:
     cell: Cell
-    pin_env: str  # "unset" | "1"
+    pin_env: str  # one of GATE_PIN_VALUES
     offload: bool  # cpu_offload_gb=1, or 0 for the reference
     present_host: bool  # the machine is not the cell's host: show vLLM the cell's uname
     minimal: bool = False
@@ -38,11 +44,10 @@ class EngineRun:
         return " ".join(parts + ["minimal-form"] * self.minimal)
 
     def env(self, base: dict[str, str]) -> dict[str, str]:
-        env = {k: v for k, v in base.items() if k not in ("VLLM_WSL2_ENABLE_PIN_MEMORY", *MINIMAL_FORM_ENV)}
+        env = {k: v for k, v in base.items() if k not in MINIMAL_FORM_ENV}
         # In-process engine: the patched uname and the sampler fix must reach it.
-        env |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **self.cell.env()}
-        if self.pin_env != "unset":
-            env["VLLM_WSL2_ENABLE_PIN_MEMORY"] = self.pin_env
+        env |= {V1_MULTIPROCESSING.name: "0", **self.cell.env()}
+        PIN_MEMORY.apply(env, self.pin_env)
         if self.minimal:
             env |= MINIMAL_FORM_ENV
         return env

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from matrix.cells import MatrixError
+from matrix.errors import MatrixError
 
 BENCH_SCHEMA = "wslpin-kit.bench/1"
 HEADLINE_METRIC = "itl_ms"  # the seed report's claim is about inter-token latency

@@ -9,7 +9,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matrix.cells import Host, MatrixError, Mode, Runner, Stack
+from matrix.cells import Host, Mode, Runner, Stack
+from matrix.errors import MatrixError
 from matrix.expectations import Rule, load_rules
 from matrix.report.bench import BenchSummary, latest_per_cell
 from matrix.report.reading import Inputs, read_inputs

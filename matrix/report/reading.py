@@ -20,7 +20,8 @@ import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
 from junitparser import Error, Failure, Skipped, TestCase
 
-from matrix.cells import Cell, MatrixError
+from matrix.cells import Cell
+from matrix.errors import MatrixError
 
 MESSAGE_LIMIT = 2000
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from matrix.variables import PIN_MEMORY
+
 PINNED_BYTES = 4 << 20  # what the pinned arm locks, so that the memory sampler has something to find
 
 
@@ -158,7 +160,7 @@ async def stop_profile(request: web.Request) -> web.Response:
 def make_app(args: argparse.Namespace) -> web.Application:
     app = web.Application()
     app["args"] = args
-    app["engine"] = FakeEngine(args, pinned=os.environ.get("VLLM_WSL2_ENABLE_PIN_MEMORY") == "1")
+    app["engine"] = FakeEngine(args, pinned=os.environ.get(PIN_MEMORY.name) == "1")
 
     async def engine_loop(app: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(app["engine"].run())
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fail_start:
         print("fake server: refusing to start (--fail-start)", file=sys.stderr)
         return 1
-    locked = _lock_host_memory() if os.environ.get("VLLM_WSL2_ENABLE_PIN_MEMORY") == "1" else None
+    locked = _lock_host_memory() if os.environ.get(PIN_MEMORY.name) == "1" else None
     # A stalled handler never finishes: do not wait long for it when told to stop.
     web.run_app(make_app(args), host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=1)
     del locked

@@ -16,8 +16,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from matrix.hostinfo import DetectedHost
+from matrix.host.classify import DetectedHost
 from matrix.report.bench import BENCH_SCHEMA, HEADLINE_METRIC
+from matrix.variables import PIN_MEMORY, UNSET
 from repro.bench import stats
 from repro.bench.client import RequestRecord
 from repro.bench.profile import StepProfile
@@ -127,7 +128,7 @@ def document(run: BenchRun, here: DetectedHost, kit_commit: str) -> dict:
             },
             "arms": {
                 arm.name: {
-                    "env": {"VLLM_WSL2_ENABLE_PIN_MEMORY": None if arm.pin == "unset" else arm.pin},
+                    "env": {PIN_MEMORY.name: None if arm.pin == UNSET else arm.pin},
                     "peak_pinned_host_bytes": max((ar.peak_pinned_host_bytes for ar in mine), default=0),
                     "peak_gpu_bytes": max((ar.peak_gpu_bytes for ar in mine if ar.peak_gpu_bytes), default=None),
                     "profile": _profile(run.profiles.get(arm.name)),

@@ -23,12 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matrix.cells import Cell, MatrixError
+from matrix.cells import Cell
+from matrix.errors import MatrixError
 from matrix.plan import CellPlan, Execution
+from matrix.variables import BENCH_PIN_VALUES, PIN_MEMORY
 from repro.bench import client, profile, servers, stats
 
-PIN_VARIABLE = "VLLM_WSL2_ENABLE_PIN_MEMORY"
-PIN_VALUES = ("unset", "0", "1")
 WARMUP_REQUESTS = 2
 PRESENT_HOST = Path(__file__).resolve().parent / "present_host"
 
@@ -36,26 +36,24 @@ PRESENT_HOST = Path(__file__).resolve().parent / "present_host"
 @dataclass(frozen=True)
 class Arm:
     name: str  # as given: "pin=unset"
-    pin: str  # "unset" | "0" | "1"
+    pin: str  # one of BENCH_PIN_VALUES
 
     @classmethod
     def parse_all(cls, text: str) -> tuple[Arm, ...]:
         arms = []
         for item in (part.strip() for part in text.split(",")):
             key, _, value = item.partition("=")
-            if key != "pin" or value not in PIN_VALUES:
-                raise MatrixError(
-                    f"bad arm {item!r}: arms look like pin=unset or pin=1 ({PIN_VARIABLE}: {', '.join(PIN_VALUES)})"
-                )
+            if key != "pin" or value not in BENCH_PIN_VALUES:
+                values = ", ".join(BENCH_PIN_VALUES)
+                raise MatrixError(f"bad arm {item!r}: arms look like pin=unset or pin=1 ({PIN_MEMORY.name}: {values})")
             arms.append(cls(item, value))
         if len(arms) != 2 or arms[0] == arms[1]:
             raise MatrixError(f"--arms needs two different arms, e.g. pin=unset,pin=1; got {text!r}")
         return tuple(arms)
 
     def env(self, base: dict[str, str]) -> dict[str, str]:
-        env = {k: v for k, v in base.items() if k != PIN_VARIABLE}
-        if self.pin != "unset":
-            env[PIN_VARIABLE] = self.pin
+        env = dict(base)
+        PIN_MEMORY.apply(env, self.pin)
         return env
 
     @property

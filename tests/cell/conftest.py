@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from matrix import hostinfo
-from matrix.cells import Cell, MatrixError, select
+from matrix.cells import Cell, select
+from matrix.errors import MatrixError
 from matrix.expectations import GATE_KEYS, REPRO_KEYS, expected_values, load_rules
+from matrix.host import classify, facts
 from matrix.plan import plan_cells
 from repro import gate, offload
 
@@ -43,7 +44,7 @@ def _plans(config: pytest.Config):
             cells = select(config.getoption("--cells"))
         except MatrixError as exc:
             raise pytest.UsageError(str(exc)) from None
-        here = hostinfo.detect(hostinfo.collect_facts())
+        here = classify.detect(facts.collect_facts())
         config._wslpin_plans = {p.cell: p for p in plan_cells(cells, here)}
     return config._wslpin_plans
 
@@ -64,10 +65,10 @@ def vllm_version() -> str | None:
 @pytest.fixture(scope="session")
 def torch_pin() -> str | None:
     """vLLM's own torch requirement when the installed torch is outside it (a gate's CPU torch), else None."""
-    torch, vllm = hostinfo.torch_info(), hostinfo.vllm_info()
+    torch, vllm = facts.torch_info(), facts.vllm_info()
     return (
         f"torch{vllm['requires_torch']} (installed: {torch['version']})"
-        if hostinfo.torch_mismatch(torch, vllm)
+        if classify.torch_mismatch(torch, vllm)
         else None
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from matrix.failures import torch_at_fault
+from repro.failures import torch_at_fault
 from repro.gate import GateRequest
 
 

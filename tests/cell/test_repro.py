@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from matrix import hostinfo
 from matrix.cells import Host, Mode
-from matrix.failures import FailureKind
+from matrix.host import classify, facts
 from matrix.plan import Execution
+from matrix.variables import GATE_PIN_VALUES, UNSET
 from repro import offload, probe
+from repro.failures import FailureKind
 from repro.gate import GateRequest
 from repro.tinymodel import tiny_model
 
@@ -41,11 +42,11 @@ def _runs_for(plans) -> list[offload.EngineRun]:
         if not plan.execution.uses_gpu:
             continue
         emulated = plan.execution is not Execution.NATIVE
-        for pin_env in ("unset", "1"):
+        for pin_env in GATE_PIN_VALUES:
             run = offload.EngineRun(cell, pin_env, True, emulated)
             runs += [run, run.reference()]
         if cell.host is Host.LINUX and plan.execution is Execution.NATIVE:
-            minimal = offload.EngineRun(cell, "unset", True, False, minimal=True)
+            minimal = offload.EngineRun(cell, UNSET, True, False, minimal=True)
             runs += [minimal, minimal.reference()]
     return runs
 
@@ -124,7 +125,7 @@ def test_offload_path_is_the_one_the_gate_predicted(request, tag, gate_outcomes,
 def test_minimal_form_on_native_linux(request, tag, plans, cell):
     """WSL2's failure on any Linux GPU: offload with VLLM_WEIGHT_OFFLOADING_DISABLE_UVA/_PIN_MEMORY=1."""
     _needs_gpu(plans[cell])
-    run, _ = _pair(request, plans, cell, "unset", minimal=True)
+    run, _ = _pair(request, plans, cell, UNSET, minimal=True)
     _record(tag, run)
     if cell.mode is Mode.EAGER:
         assert run.ok, f"eager offload without pinned memory must work; it failed ({run.failure}):\n{run.message}"
@@ -140,7 +141,7 @@ def probe_results(request):
     out = request.config.getoption("--probe-out")
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        here = hostinfo.detect(hostinfo.collect_facts())
+        here = classify.detect(facts.collect_facts())
         Path(out).write_text(json.dumps(probe.metrics_document(results, probe.host_of(here)), indent=2) + "\n")
     return results
 

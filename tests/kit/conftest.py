@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from matrix.cells import select
-from matrix.hostinfo import collect_facts, detect
+from matrix.host.classify import detect
+from matrix.host.facts import collect_facts
 from matrix.plan import plan_cells
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,8 @@ import jsonschema
 import pytest
 from conftest import ROOT, run_module
 
-from matrix.cells import Cell, Host, MatrixError, select
+from matrix.cells import Cell, Host, select
+from matrix.errors import MatrixError
 from matrix.plan import CellPlan, Execution, plan_cells
 from matrix.report.bench import BENCH_SCHEMA, latest_per_cell
 from matrix.report.render_json import SCHEMA_FILE
@@ -205,6 +206,6 @@ def test_the_cli_refuses_vllm_without_the_cells_gpu_and_names_the_way_out():
 
 
 def _here():
-    from matrix import hostinfo
+    from matrix.host import classify, facts
 
-    return hostinfo.detect(hostinfo.collect_facts())
+    return classify.detect(facts.collect_facts())

@@ -3,7 +3,8 @@ import json
 import pytest
 from conftest import run_module
 
-from matrix.cells import CELLS, Cell, Host, MatrixError, Mode, Runner, Stack, select
+from matrix.cells import CELLS, Cell, Host, Mode, Runner, Stack, select
+from matrix.errors import MatrixError
 
 
 def test_the_matrix_has_24_distinct_cells():
@@ -11,6 +12,15 @@ def test_the_matrix_has_24_distinct_cells():
     assert len({c.id for c in CELLS}) == 24
     assert {c.stack for c in CELLS} == set(Stack)
     assert {c.host for c in CELLS} == set(Host)
+
+
+def test_cells_order_the_way_the_matrix_is_written_not_alphabetically():
+    # Axis values are strings (their ids), but every comparison follows definition order.
+    assert sorted(reversed(CELLS)) == list(CELLS)
+    assert max(CELLS) == CELLS[-1] and min(CELLS) == CELLS[0]
+    assert Mode.GRAPH < Mode.EAGER and Mode.EAGER > Mode.GRAPH and Mode.GRAPH <= Mode.GRAPH <= Mode.EAGER
+    assert Host.WSL2NEW >= Host.WSL2OLD >= Host.LINUX
+    assert Stack.CUDA == "cuda" and str(Host.WSL2NEW) == f"{Host.WSL2NEW}" == "wsl2new"
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=str)

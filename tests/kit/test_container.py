@@ -15,7 +15,7 @@ from conftest import ROOT, run_module
 from junitparser import Error, JUnitXml
 
 from matrix.cells import Cell, Host, Mode, Runner, Stack
-from matrix.hostinfo import DetectedHost
+from matrix.host.classify import DetectedHost
 from matrix.junit import suite_properties
 from matrix.plan import plan_cells
 from matrix.releases import VLLM_VERSION

@@ -3,7 +3,7 @@
 
 import pytest
 
-from matrix.failures import FailureKind, classify
+from repro.failures import FailureKind, classify
 
 DYNAMO = """Traceback (most recent call last):
   File "vllm/v1/engine/core.py", line 112, in __init__

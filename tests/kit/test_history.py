@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT, run_module
 from test_report import NOW, envelope, gate_case
 
-from matrix.cells import MatrixError
+from matrix.errors import MatrixError
 from matrix.releases import HISTORY_VERSIONS
 from matrix.report import render_html, render_md
 from matrix.report.model import build_report
@@ -80,7 +80,7 @@ def test_contradicted_rules_are_named(tmp_path):
 
 
 def test_the_release_selector_shows_one_release_at_a_time(tmp_path):
-    from matrix import browser
+    from matrix.ci import browser
 
     try:
         browser.chromium()

@@ -7,18 +7,18 @@ import json
 import pytest
 
 from matrix.cells import Cell, Host, Stack
-from matrix.hostinfo import (
+from matrix.host.classify import (
     ENV_SCHEMA,
     REDACTED,
     Gpu,
     HostFacts,
-    collect_facts,
     detect,
     detected_from_record,
     environment_record,
     parse_kernel_version,
     redact,
 )
+from matrix.host.facts import collect_facts
 from matrix.plan import plan_cell
 
 LINUX = {"system": "Linux", "node": "box", "release": "6.8.0-45-generic", "version": "#1 SMP", "machine": "x86_64"}

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from matrix.cells import Cell, Host, Stack, select
-from matrix.hostinfo import DetectedHost, collect_facts, detect
+from matrix.host.classify import DetectedHost, detect
+from matrix.host.facts import collect_facts
 from matrix.plan import Execution, plan_cell, plan_cells
 
 

@@ -353,7 +353,7 @@ def test_exit_status_and_terminal_output(tmp_path):
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    from matrix import browser
+    from matrix.ci import browser
 
     try:
         browser.chromium()
@@ -365,7 +365,7 @@ def page(tmp_path_factory):
 
 
 def test_the_page_loads_in_chromium_without_console_errors_and_shows_24_cells(page):
-    from matrix import browser
+    from matrix.ci import browser
 
     loaded = browser.load(page.as_uri())
     assert loaded.console == []
@@ -374,7 +374,7 @@ def test_the_page_loads_in_chromium_without_console_errors_and_shows_24_cells(pa
 
 
 def test_a_status_filter_in_the_link_dims_the_other_cells(page):
-    from matrix import browser
+    from matrix.ci import browser
 
     loaded = browser.load(page.as_uri() + "#status=regression")
     assert loaded.console == []

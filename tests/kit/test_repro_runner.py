@@ -10,9 +10,10 @@ import pytest
 from conftest import require_gate_only
 
 from matrix.cells import Cell
-from matrix.failures import FailureKind
 from repro import offload, probe
+from repro.failures import FailureKind
 from repro.isolation import run_command
+from repro.probe import sections
 from repro.tinymodel import tiny_model
 
 
@@ -88,12 +89,12 @@ def test_the_offload_step_ab_resolves_a_slower_arm_through_the_benchmark_statist
         return run
 
     arms = {"resident": step(0.2), "pinned_copy": step(0.5), "uva_zero_copy": step(0.6), "pageable_copy": step(1.5)}
-    monkeypatch.setattr(probe, "_torch", lambda: types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=int)))
-    monkeypatch.setattr(probe, "_offload_variants", lambda torch: (arms, ""))
-    monkeypatch.setattr(probe, "_capture", lambda torch, fn: types.SimpleNamespace(replay=fn))
-    metrics = probe.section_offload_step_ab()
+    monkeypatch.setattr(sections, "_torch", lambda: types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=int)))
+    monkeypatch.setattr(sections, "_offload_variants", lambda torch: (arms, ""))
+    monkeypatch.setattr(sections, "_capture", lambda torch, fn: types.SimpleNamespace(replay=fn))
+    metrics = sections.section_offload_step_ab()
     verdicts = [c["verdict"] for c in metrics["comparisons"]]
     assert verdicts[0].startswith("offload step (eager): pinned_copy faster than pageable_copy by ")
     assert verdicts[2].startswith("offload step (graph): pinned_copy faster than uva_zero_copy by ")
-    assert metrics["step_ms"]["eager/pageable_copy"]["n"] == probe.AB_ROUNDS * probe.AB_STEPS
+    assert metrics["step_ms"]["eager/pageable_copy"]["n"] == sections.AB_ROUNDS * sections.AB_STEPS
     probe.check_facts("offload_step_ab", metrics)

@@ -6,7 +6,8 @@ import pytest
 from conftest import require_gate_only, run_module
 from junitparser import JUnitXml
 
-from matrix.hostinfo import collect_facts, detect
+from matrix.host.classify import detect
+from matrix.host.facts import collect_facts
 from matrix.junit import case_properties, suite_properties
 
 CELL = "rocm-wsl2new-v2-graph"

@@ -9,9 +9,9 @@ import pytest
 from conftest import run_module
 from junitparser import Failure, JUnitXml
 
-from matrix import hostinfo
-from matrix.failures import torch_at_fault
+from matrix.host import classify, facts
 from matrix.junit import case_properties, suite_properties
+from repro.failures import torch_at_fault
 
 CELL = "cuda-linux-v1-graph"
 
@@ -28,16 +28,16 @@ CELL = "cuda-linux-v1-graph"
 )
 def test_torch_mismatch_compares_the_installed_torch_with_vllms_own_pin(torch, spec, mismatch):
     torch_info = {"version": torch} if torch else None
-    assert hostinfo.torch_mismatch(torch_info, {"version": "0.33.0", "requires_torch": spec}) is mismatch
+    assert classify.torch_mismatch(torch_info, {"version": "0.33.0", "requires_torch": spec}) is mismatch
 
 
 def test_the_installed_vllms_torch_pin_reaches_the_envelope(tmp_path):
-    vllm = hostinfo.vllm_info()
+    vllm = facts.vllm_info()
     assert vllm is not None and vllm["requires_torch"], "vLLM's metadata pins torch"
     env, raw, out = tmp_path / "env.json", tmp_path / "junit.xml", tmp_path / "results"
     assert run_module("matrix", "env", "--out", str(env)).returncode == 0
     record = json.loads(env.read_text())
-    assert record["packages"]["torch_mismatch"] is hostinfo.torch_mismatch(hostinfo.torch_info(), vllm)
+    assert record["packages"]["torch_mismatch"] is classify.torch_mismatch(facts.torch_info(), vllm)
     raw.write_text('<testsuites><testsuite name="pytest"/></testsuites>')
     split = run_module("matrix", "split", str(raw), "--cell", CELL, "--env", str(env), "--out", str(out))
     assert split.returncode == 0, split.stderr

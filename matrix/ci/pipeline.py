@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 
-from matrix.cells import Cell, Host, MatrixError
+from matrix.cells import Cell, Host
+from matrix.errors import MatrixError
 
 RUNNER_LABEL = "self-hosted"
 

@@ -1,33 +1,23 @@
-"""The bare-torch probe: the pinned-memory mechanism itself, no vLLM.
+"""The probe's measurements: each section is one question about pinned memory, answered with bare torch.
 
-It tells vLLM problems from platform problems: can this host pin, how fast are
-pinned and pageable copies, may a CUDA graph capture them, does a zero-copy
-view of pinned memory work. Every section runs in a fresh process (a failed
-capture can poison a CUDA context): ``python -m repro.probe SECTION OUT.json``.
-The same code runs on CUDA and ROCm builds of torch (``torch.cuda`` is HIP there).
+Every section runs in a fresh process (``repro/probe/child.py``): a failed capture can poison
+a CUDA context. The same code runs on CUDA and ROCm builds of torch (``torch.cuda`` is HIP there).
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
-import json
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from matrix.failures import classify
-from repro.isolation import run_json_child
+from repro.failures import classify
 
 MiB = 1 << 20
 SIZES = [4 << 10 << (2 * k) for k in range(10)]  # 4 KiB, 16 KiB, ... 1 GiB
 BANDWIDTH_REFERENCE_SIZE = 256 * MiB
 STEP_LAYERS, STEP_LAYER_BYTES = 4, 32 * MiB
-DEFAULT_TIMEOUT = 300.0
 
 
 class NotApplicableError(Exception):
@@ -73,7 +63,7 @@ def section_bandwidth() -> dict:
     for size in SIZES:
         reps = 20 if size <= 64 * MiB else 5
         device = torch.empty(size, dtype=torch.uint8, device="cuda")
-        row = {"bytes": size}
+        row: dict[str, float] = {"bytes": size}
         for kind, pinned in (("pinned", True), ("pageable", False)):
             host = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
             host.fill_(1)
@@ -152,6 +142,8 @@ def _device_pointer(host_tensor) -> int:
     code = get(ctypes.byref(ptr), ctypes.c_void_p(host_tensor.data_ptr()), 0)
     if code != 0:
         raise RuntimeError(f"HostGetDevicePointer failed ({code}): {describe(code).decode()}")
+    if ptr.value is None:
+        raise RuntimeError("HostGetDevicePointer succeeded but gave a null pointer")
     return ptr.value
 
 
@@ -232,7 +224,7 @@ def section_offload_step() -> dict:
     if uva_error:
         results["uva_zero_copy"] = {"skipped": uva_error}
     for name, fn in variants.items():
-        entry = {"eager_ms": round(_time_fn(torch, fn) * 1000, 3)}
+        entry: dict[str, float | str] = {"eager_ms": round(_time_fn(torch, fn) * 1000, 3)}
         try:
             graph = _capture(torch, fn)
             entry["graph_ms"] = round(_time_fn(torch, graph.replay) * 1000, 3)
@@ -281,12 +273,13 @@ def section_offload_step_ab() -> dict:
                 torch.cuda.synchronize()
                 times.append((time.perf_counter() - t0) * 1000)
             samples[arm].append(times)
-    comparisons = []
+    comparisons: list[dict[str, object]] = []
     for mode, base, test in AB_PAIRS:
-        if (mode, base) not in samples or (mode, test) not in samples:
+        missing = (mode, base) not in samples or (mode, test) not in samples
+        diff = None if missing else stats.compare(samples[(mode, base)], samples[(mode, test)])
+        if diff is None:
             comparisons.append({"mode": mode, "base": base, "test": test, "skipped": uva_error or "no such arm"})
             continue
-        diff = stats.compare(samples[(mode, base)], samples[(mode, test)])
         comparisons.append(
             {
                 "mode": mode,
@@ -334,120 +327,3 @@ SECTIONS: dict[str, Callable[[], dict]] = {
     "offload_step": section_offload_step,
     "offload_step_ab": section_offload_step_ab,
 }
-
-
-@dataclass(frozen=True)
-class SectionResult:
-    section: str
-    status: str  # "ok" | "failed" | "skipped" | "timeout"
-    metrics: dict = field(default_factory=dict)
-    message: str = ""
-    seconds: float = 0.0
-
-
-def run_section(name: str, timeout: float = DEFAULT_TIMEOUT) -> SectionResult:
-    child = run_json_child([sys.executable, "-m", "repro.probe", name], dict(os.environ), timeout)
-    if child.answer is None:
-        status = "timeout" if child.run.timed_out else "failed"
-        return SectionResult(name, status, message=child.no_answer, seconds=child.run.seconds)
-    answer = child.answer
-    return SectionResult(
-        name, answer["status"], answer.get("metrics", {}), answer.get("message", ""), child.run.seconds
-    )
-
-
-def child(name: str, out: Path) -> int:
-    try:
-        answer = {"status": "ok", "metrics": SECTIONS[name]()}
-    except NotApplicableError as exc:
-        answer = {"status": "skipped", "message": str(exc)}
-    except BaseException:  # noqa: BLE001 - the section's failure is its result
-        import traceback
-
-        answer = {"status": "failed", "message": traceback.format_exc()}
-    out.write_text(json.dumps(answer, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(child(sys.argv[1], Path(sys.argv[2])))
-
-
-PROBE_SCHEMA = "wslpin-kit.probe/1"
-
-
-def _fact(ok: bool, message: str) -> None:
-    if not ok:
-        raise AssertionError(message)
-
-
-def host_of(here) -> dict[str, str]:
-    """The probe record's description of a matrix.hostinfo.DetectedHost."""
-    return {
-        "stack": here.stack.value if here.stack else "none",
-        "host": here.host.value,
-        "gpu": here.gpu,
-        "kernel": ".".join(map(str, here.kernel or ())),
-    }
-
-
-def check_facts(section: str, m: dict) -> None:
-    """What the mechanism does on a working CUDA platform (research: "Measured mechanism facts")."""
-    if section == "bandwidth":
-        _fact(len(m["rows"]) == len(SIZES), f"bandwidth table has {len(m['rows'])} sizes, expected {len(SIZES)}")
-        _fact(all(r["pinned_h2d_gbs"] > 0 for r in m["rows"]), "a pinned host-to-device copy measured no bandwidth")
-    elif section == "capture_pinned_non_blocking":
-        _fact(m["captured"], f"a non-blocking copy from pinned memory must be capturable: {m.get('error')}")
-        _fact(m["replay_reads_current_host"], "a replayed graph must copy the host's current contents")
-    elif section == "capture_pinned_blocking":
-        _fact(
-            not m["captured"] and m["kind"] == "capture-invalidated",
-            f"a blocking pinned copy should invalidate the capture; got {m}",
-        )
-    elif section.startswith("capture_pageable"):
-        _fact(
-            not m["captured"] and m["kind"] == "pageable-copy-in-capture",
-            f"torch must refuse to capture a copy from pageable memory; got {m}",
-        )
-    elif section == "uva_view":
-        _fact(m["replay_sees_host_updates"], "the zero-copy view did not follow host updates")
-    elif section == "uva_pageable_refused":
-        _fact(m["refused"], "a device pointer for pageable memory must be refused")
-    elif section == "offload_step":
-        _fact(
-            "graph_ms" in m["resident"] and "graph_ms" in m["pinned_copy"],
-            f"resident and pinned-copy steps must capture: {m}",
-        )
-        _fact(
-            m["pageable_copy"].get("graph_error_kind") == "pageable-copy-in-capture",
-            f"the pageable-copy step must be refused by graph capture: {m['pageable_copy']}",
-        )
-    elif section == "offload_step_ab":
-        pinned_vs_pageable = m["comparisons"][0]
-        _fact(
-            pinned_vs_pageable.get("resolved") and pinned_vs_pageable["relative"] < 0,
-            f"a pinned copy must be resolved as faster than a pageable one: {pinned_vs_pageable.get('verdict')}",
-        )
-        _fact(m["seconds"] < 60, f"the A/B must resolve within a minute of GPU time; it took {m['seconds']} s")
-
-
-def metrics_document(results: dict[str, SectionResult], host: dict[str, str]) -> dict:
-    """The probe's record; ``host`` (stack, host, gpu, driver, kernel) lets the report cite it per cell."""
-    import datetime as dt
-
-    bandwidth = results.get("bandwidth")
-    return {
-        "schema": PROBE_SCHEMA,
-        "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "host": host,
-        "bandwidth_table": bandwidth.metrics.get("rows", []) if bandwidth else [],
-        "sections": {
-            name: {
-                "status": r.status,
-                "seconds": r.seconds,
-                "metrics": r.metrics,
-                **({"message": r.message} if r.status != "ok" else {}),
-            }
-            for name, r in results.items()
-        },
-    }

@@ -1,27 +1,18 @@
-"""What machine is this? Host detection and the schema-versioned environment record.
+"""What machine is this, decided from collected facts: host detection and the schema-versioned environment record.
 
-Collection (``collect_facts``) touches the system: uname, /proc, /dev, a few
-commands, package metadata. Everything after it is a pure function over the
-collected ``HostFacts``, so tests can describe a WSL2 or ROCm machine that
-cannot exist here. Neither torch nor vLLM is imported: their versions and
-builds are read from package metadata and ``torch/version.py``.
+Every decision here is a function of ``HostFacts`` (``matrix.host.facts`` collects them), so
+tests can describe a WSL2 or ROCm machine that cannot exist here; the record adds only its
+collection time and this Python's version.
 """
 
 from __future__ import annotations
 
-import ast
 import datetime as dt
 import hashlib
 import json
-import os
 import platform
 import re
-import shutil
-import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
-from pathlib import Path
 
 from matrix.cells import WSL2_PIN_KERNEL, Host, Stack
 
@@ -44,9 +35,6 @@ RECORDED_PREFIXES = (
 )
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH", "HF_")
 REDACTED = "<redacted>"
-
-# WSL keeps the Windows-side tools here; they are not always on PATH.
-WSL_LIB = "/usr/lib/wsl/lib"
 
 
 @dataclass(frozen=True)
@@ -208,107 +196,6 @@ def environment_hash(record: dict) -> str:
     return digest[:16]
 
 
-# --- collection: the only part that touches the machine -----------------------------
-
-
-def _run(argv: list[str], timeout: float = 15) -> str | None:
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    raw = done.stdout
-    # wsl.exe writes UTF-16LE to a pipe.
-    if b"\x00" in raw:
-        return raw.decode("utf-16-le", errors="replace").replace("\x00", "").strip()
-    return raw.decode(errors="replace").strip()
-
-
-def _which(name: str) -> str | None:
-    found = shutil.which(name)
-    if found is None and os.path.exists(os.path.join(WSL_LIB, name)):
-        found = os.path.join(WSL_LIB, name)
-    return found
-
-
-def _nvidia_gpus(nvidia_smi: str | None) -> tuple[Gpu, ...]:
-    if not nvidia_smi:
-        return ()
-    out = _run([nvidia_smi, "--query-gpu=name,driver_version", "--format=csv,noheader"])
-    gpus = []
-    for line in (out or "").splitlines():
-        name, _, driver = line.partition(",")
-        if name.strip():
-            gpus.append(Gpu(name.strip(), driver.strip()))
-    return tuple(gpus)
-
-
-def _amd_gpus(amd_smi: str | None, rocm_smi: str | None) -> tuple[Gpu, ...]:
-    if amd_smi:
-        out = _run([amd_smi, "static", "--asic", "--driver", "--json"])
-        try:
-            data = json.loads(out or "")
-        except json.JSONDecodeError:
-            data = []
-        gpus = []
-        for entry in data if isinstance(data, list) else []:
-            asic = entry.get("asic", {}) if isinstance(entry, dict) else {}
-            driver = entry.get("driver", {}) if isinstance(entry, dict) else {}
-            gpus.append(Gpu(str(asic.get("market_name", "AMD GPU")), str(driver.get("version", ""))))
-        if gpus:
-            return tuple(gpus)
-    if rocm_smi:
-        out = _run([rocm_smi, "--showproductname", "--csv"])
-        lines = [line for line in (out or "").splitlines()[1:] if line.strip()]
-        return tuple(Gpu(line.split(",")[1] if "," in line else line) for line in lines)
-    return ()
-
-
-def torch_info() -> dict[str, str | None] | None:
-    """torch's version and build, read from its files without importing it."""
-    try:
-        dist = metadata.distribution("torch")
-    except metadata.PackageNotFoundError:
-        return None
-    info: dict[str, str | None] = {"version": dist.version, "cuda": None, "hip": None, "git_version": None}
-    try:
-        tree = ast.parse(dist.locate_file("torch/version.py").read_text())
-    except (OSError, SyntaxError):
-        return info
-    for node in tree.body:
-        target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
-        if isinstance(target, ast.Name) and target.id in ("cuda", "hip", "git_version"):
-            value = getattr(node, "value", None)
-            if isinstance(value, ast.Constant):
-                info[target.id] = value.value
-    return info
-
-
-def vllm_info() -> dict[str, str | None] | None:
-    try:
-        dist = metadata.distribution("vllm")
-    except metadata.PackageNotFoundError:
-        return None
-    commit = None
-    try:
-        text = dist.locate_file("vllm/_version.py").read_text()
-        match = re.search(r"commit_id\s*=\s*['\"]([^'\"]+)['\"]", text)
-        commit = match.group(1) if match else None
-    except OSError:
-        pass
-    return {"version": dist.version, "commit": commit, "requires_torch": _torch_requirement(dist.requires or [])}
-
-
-def _torch_requirement(requires: list[str]) -> str | None:
-    """The torch specifier in vLLM's own metadata (e.g. ``==2.14.0``), ignoring extras' requirements."""
-    for line in requires:
-        match = re.match(r"torch(?:\s*\[[^\]]*\])?\s*(?P<spec>[<>=!~][^;]*)?(?:;(?P<marker>.*))?$", line.strip())
-        if match and "extra" not in (match.group("marker") or ""):
-            return (match.group("spec") or "").strip() or None
-    return None
-
-
 def torch_mismatch(torch: dict | None, vllm: dict | None) -> bool | None:
     """Whether the installed torch falls outside the one vLLM's metadata asks for; None when unknown.
 
@@ -327,73 +214,3 @@ def torch_mismatch(torch: dict | None, vllm: dict | None) -> bool | None:
         return installed not in SpecifierSet(spec, prereleases=True)
     except (InvalidSpecifier, InvalidVersion):
         return None
-
-
-def collect_facts() -> HostFacts:
-    uname = platform.uname()
-    tools = {name: _which(name) for name in ("nvidia-smi", "amd-smi", "rocm-smi", "wsl.exe")}
-    return HostFacts(
-        uname={
-            "system": uname.system,
-            "node": uname.node,
-            "release": uname.release,
-            "version": uname.version,
-            "machine": uname.machine,
-        },
-        environ=dict(os.environ),
-        wsl_interop=os.path.exists("/proc/sys/fs/binfmt_misc/WSLInterop"),
-        dev_kfd=os.path.exists("/dev/kfd"),
-        dev_dxg=os.path.exists("/dev/dxg"),
-        nvidia_gpus=_nvidia_gpus(tools["nvidia-smi"]),
-        amd_gpus=_amd_gpus(tools["amd-smi"], tools["rocm-smi"]),
-        tools=tools,
-        wsl_exe_version=_run([tools["wsl.exe"], "--version"]) if tools["wsl.exe"] else None,
-        torch=torch_info(),
-        vllm=vllm_info(),
-    )
-
-
-_PIN_CHECK = (
-    "import torch\n"
-    "t = torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True)\n"
-    "print('pinned' if t.is_pinned() else 'not pinned')\n"
-)
-
-
-def check_pinned_allocation(python: str = sys.executable) -> dict:
-    """Try a 1 MiB pinned allocation with torch, in a child process (never imported here)."""
-    try:
-        done = subprocess.run([python, "-c", _PIN_CHECK], capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "detail": "timed out after 120 s"}
-    if done.returncode == 0:
-        return {"ok": done.stdout.strip() == "pinned", "detail": done.stdout.strip()}
-    last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-    return {"ok": False, "detail": last}
-
-
-def collect_environment() -> dict:
-    facts = collect_facts()
-    pinned = None
-    if detect(facts).stack is not None and facts.torch is not None:
-        pinned = check_pinned_allocation()
-    return environment_record(facts, pinned)
-
-
-def kit_commit() -> str:
-    """The kit's git commit (short), marked +dirty when tracked files changed; results name it."""
-
-    def git(*argv: str) -> str:
-        root = Path(__file__).resolve().parent.parent
-        done = subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True, check=False)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short=12", "HEAD")
-    if not commit:
-        return "unknown"
-    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
-def runner_name() -> str:
-    """The CI runner's name where there is one, else this machine's."""
-    return os.environ.get("RUNNER_NAME") or platform.node()

@@ -12,7 +12,7 @@ import enum
 import re
 
 
-class FailureKind(enum.Enum):
+class FailureKind(enum.StrEnum):
     UVA_NOT_AVAILABLE = "uva-not-available"
     PAGEABLE_COPY_IN_CAPTURE = "pageable-copy-in-capture"
     CAPTURE_INVALIDATED = "capture-invalidated"
@@ -21,9 +21,6 @@ class FailureKind(enum.Enum):
     OUT_OF_MEMORY = "out-of-memory"
     TIMEOUT = "timeout"
     OTHER = "other"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = tuple(

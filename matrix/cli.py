@@ -1,0 +1,42 @@
+"""What ``python -m matrix`` and ``python -m repro`` share: a mistake is one line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from matrix.errors import MatrixError
+
+KIT_ROOT = Path(__file__).resolve().parent.parent
+# A module of the kit itself that fails to import is a bug: it keeps its traceback.
+KIT_PACKAGES = ("matrix", "repro")
+
+
+def missing_dependency(module: str) -> str:
+    """What to do when this Python lacks a package a command imports."""
+    return (
+        f"this Python ({sys.executable}) has no module {module!r}: run the command with "
+        f"{KIT_ROOT / '.nox' / 'tests' / 'bin' / 'python'} (made by `nox -s tests`), "
+        f"or install the kit into this Python with `pip install -e '.[test]'` in {KIT_ROOT}"
+    )
+
+
+def run_command_line(build_parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None) -> int:
+    """Build the parser, parse, run the chosen command.
+
+    A MatrixError, or a package this Python lacks, is one line on stderr and exit 2, never a traceback.
+    Commands import third-party packages lazily, so this also covers the imports ``build_parser`` makes.
+    """
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except MatrixError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] in KIT_PACKAGES:
+            raise
+        print(f"error: {missing_dependency(exc.name)}", file=sys.stderr)
+        return 2

@@ -1,0 +1,61 @@
+"""Every environment variable the kit sets for vLLM, once: its name, what it does, the values the kit tries.
+
+The kit reads them back only where it stands in for vLLM (the benchmark's test server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+
+# Not a value vLLM reads: the variable is absent from the environment, vLLM's default.
+UNSET = "unset"
+
+# What each cell's gate and reproduction tests compare (the JUnit ``pin_env`` property): vLLM's
+# default and the opt-in.
+GATE_PIN_VALUES = (UNSET, "1")
+# What the benchmark's arms may set: an explicit "0" as well.
+BENCH_PIN_VALUES = (UNSET, "0", "1")
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    does: str
+    values: tuple[str, ...]  # every value the kit sets; UNSET removes the variable
+
+    def apply(self, environ: MutableMapping[str, str], value: str) -> None:
+        """Set ``value`` in ``environ``, or remove the variable for UNSET."""
+        if value not in self.values:
+            raise ValueError(f"the kit never sets {self.name}={value!r}; it sets {self.values}")
+        if value == UNSET:
+            environ.pop(self.name, None)
+        else:
+            environ[self.name] = value
+
+
+PIN_MEMORY = Variable(
+    "VLLM_WSL2_ENABLE_PIN_MEMORY",
+    "1 lets vLLM pin host memory on a WSL2 kernel at or above 4.19.121 (vLLM 0.24.0+, #41496)",
+    BENCH_PIN_VALUES,
+)
+V2_MODEL_RUNNER = Variable(
+    "VLLM_USE_V2_MODEL_RUNNER",
+    "1 selects vLLM's V2 model runner, 0 the V1 runner (each cell's runner axis)",
+    ("0", "1"),
+)
+V1_MULTIPROCESSING = Variable(
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "0 keeps the engine in the calling process, so the patched uname and the sampler fix reach it",
+    ("0",),
+)
+OFFLOAD_DISABLE_UVA = Variable(
+    "VLLM_WEIGHT_OFFLOADING_DISABLE_UVA",
+    "1 keeps the CPU weight offloader off UVA (with OFFLOAD_DISABLE_PIN_MEMORY: WSL2's fallback on any Linux GPU)",
+    ("1",),
+)
+OFFLOAD_DISABLE_PIN_MEMORY = Variable(
+    "VLLM_WEIGHT_OFFLOADING_DISABLE_PIN_MEMORY",
+    "1 keeps the CPU weight offloader off pinned memory (with OFFLOAD_DISABLE_UVA: WSL2's fallback on any Linux GPU)",
+    ("1",),
+)
