@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matrix import hostinfo
 from matrix.cells import Cell, MatrixError, run_command_line, select
-from matrix.plan import Execution, plan_cells
+from matrix.plan import Execution, Plan, plan_cells
 from repro import offload, probe
 
 BUILD = Path(__file__).resolve().parent.parent / "build"
@@ -202,9 +202,10 @@ def cmd_container(args) -> int:
     from matrix.summary import render, summarize
     from repro import container
 
-    cells = select(args.cells)
+    # Planned once, here on the host: the container and the split both read this plan.
+    plan = Plan.detected(select(args.cells))
     pytest_args = tuple(args.pytest_args) or container.CELL_TESTS
-    outcome = container.run_in_image(cells, args.image, Path(args.results), args.group, args.timeout, pytest_args)
+    outcome = container.run_in_image(plan, args.image, Path(args.results), args.group, args.timeout, pytest_args)
     # The table is printed here, not by `matrix summary`: only this run knows which directory the image's vLLM chose.
     summaries = [summarize(path) for path in outcome.written]
     print(render(summaries))
