@@ -27,6 +27,7 @@ GATE_VALUE_KEYS = [key for key in GATE_KEYS if key != "imports"]
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "only_hosts(*hosts): generate the test only for cells of these hosts")
+    _plans(config)  # here, so that a bad --cells or --plan is pytest's one-line usage error
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
