@@ -29,7 +29,7 @@ from matrix.cells import CELLS, Host, select  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
 from matrix.host import classify, facts  # noqa: E402
 from matrix.layout import run_dir  # noqa: E402
-from matrix.plan import cell_pytest_args, plan_cells  # noqa: E402
+from matrix.plan import Plan, cell_pytest_args, plan_cells  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 from tools import clean_machine as clean  # noqa: E402
 from tools import docker_smoke as smoke  # noqa: E402
@@ -99,7 +99,7 @@ def _install_vllm(session: nox.Session, install, vllm: str, full: bool) -> None:
 
 
 def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str, ...] = ("tests/cell",)) -> None:
-    """Install, record the environment, run the cells' tests, write results/<vLLM>/<group>/<cell>.xml, print the table.
+    """Install, run the cells' tests (``_test_cells``) into results/<vLLM>/<group>/<cell>.xml, print the table.
 
     ``group`` names the tests run (matrix.layout): sessions that run different tests never share a directory.
     """
@@ -117,35 +117,66 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
     if args.image:
         _run_in_image(session, pattern, group, args.image, (*tests, *pytest_args))
         return
-    plans = plan_cells(cells, classify.detect(facts.collect_facts()))
-    _install(session, args.vllm, full=any(plan.execution.uses_gpu for plan in plans))
-    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    # Only what to install: the session's plan is made after it, from the environment record (_test_cells).
+    _install(session, args.vllm, full=Plan.detected(cells).uses_gpu)
     tmp = Path(session.create_tmp())
-    env_record, raw = tmp / "env.json", tmp / "junit.xml"
-    raw.unlink(missing_ok=True)
-    if session.run("python", "-m", "matrix", "env", "--out", str(env_record)) is None:
+    record = _record_environment(session, "python", tmp)
+    if record is None:
         return  # `nox --install-only`: nothing ran, so there is no record to place the results by
-    out = run_dir(RESULTS, json.loads(env_record.read_text()), group)
+    out = run_dir(RESULTS, record, group)
+    _test_cells(session, "python", pattern, tests, tuple(pytest_args), tmp, out)
+    session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(out), "--strict")
+
+
+def _record_environment(session: nox.Session, python: str, tmp: Path) -> dict | None:
+    """``tmp/env.json``, the environment ``python`` runs in: what the plan and every result rest on."""
+    path = tmp / "env.json"
+    if session.run(python, "-m", "matrix", "env", "--out", str(path), external=python != "python") is None:
+        return None
+    return json.loads(path.read_text())
+
+
+def _test_cells(
+    session: nox.Session,
+    python: str,
+    pattern: str,
+    tests: tuple[str, ...],
+    pytest_args: tuple[str, ...],
+    tmp: Path,
+    out: Path,
+) -> None:
+    """The one path from ``tmp/env.json`` to results in ``out``: plan.json, pytest, split (every cell session).
+
+    The plan is made once, from the environment record, and pytest and the split both read it,
+    so every case and every suite says the same execution.
+    """
+    run = functools.partial(session.run, external=python != "python")
+    env_record, plan, raw = tmp / "env.json", tmp / "plan.json", tmp / "junit.xml"
+    raw.unlink(missing_ok=True)
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    cells = select(pattern)
     probe_out = out / f"{cells[0].id if len(cells) == 1 else session.name}.probe.json"
-    session.run("python", "-m", "matrix", "plan", "--cells", pattern)
+    run(python, "-m", "matrix", "plan", "--cells", pattern, "--env", str(env_record), "--out", str(plan))
     # Exit 1 means tests failed: a result, written below like any other.
-    session.run(
-        "python",
+    run(
+        python,
         "-m",
         "pytest",
         *tests,
-        *cell_pytest_args(pattern, str(raw), str(probe_out)),
+        *cell_pytest_args(pattern, str(raw), str(probe_out), str(plan)),
         *pytest_args,
         success_codes=[0, 1],
     )
-    session.run(
-        "python",
+    run(
+        python,
         "-m",
         "matrix",
         "split",
         str(raw),
         "--cells",
         pattern,
+        "--plan",
+        str(plan),
         "--env",
         str(env_record),
         "--out",
@@ -154,7 +185,6 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
         started,
         "--crashed-if-missing",
     )
-    session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(out), "--strict")
 
 
 def _run_in_image(session: nox.Session, pattern: str, group: str, image: str, pytest_args: tuple[str, ...]) -> None:
@@ -266,38 +296,11 @@ def history(session: nox.Session) -> None:
         python = _release_python(session, version)
         _install(session, version, full=False, python=python)
         installed = time.perf_counter()
-        env_record, raw = tmp / f"env-{version}.json", tmp / f"junit-{version}.xml"
-        raw.unlink(missing_ok=True)
-        stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        session.run(python, "-m", "matrix", "env", "--out", str(env_record), external=True)
-        # Exit 1 (failed tests) is a result: an old release that breaks a rule is what history is for.
-        session.run(
-            python,
-            "-m",
-            "pytest",
-            "tests/cell/test_gate.py",
-            "-o",
-            "junit_family=xunit1",
-            f"--junitxml={raw}",
-            "-q",
-            external=True,
-            success_codes=[0, 1],
-        )
-        session.run(
-            python,
-            "-m",
-            "matrix",
-            "split",
-            str(raw),
-            "--env",
-            str(env_record),
-            "--out",
-            str(RESULTS / "history" / version),
-            "--started-at",
-            stamp,
-            "--crashed-if-missing",
-            external=True,
-        )
+        where = tmp / version
+        where.mkdir(parents=True, exist_ok=True)
+        if _record_environment(session, python, where) is not None:
+            # Failed tests are a result here too: an old release that breaks a rule is what history is for.
+            _test_cells(session, python, "all", ("tests/cell/test_gate.py",), (), where, RESULTS / "history" / version)
         timings.append((version, installed - started, time.perf_counter() - installed))
     total = sum(i + g for _, i, g in timings)
     for version, install_s, gate_s in timings:

@@ -12,7 +12,7 @@ from matrix.cells import select
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.host import classify, facts
-from matrix.plan import Execution, plan_cells
+from matrix.plan import Execution, Plan, load_plan
 from matrix.releases import VLLM_VERSION
 
 
@@ -43,10 +43,6 @@ def cmd_env(args) -> int:
     return 0
 
 
-def _detected():
-    return classify.detect(facts.collect_facts())
-
-
 def _nox_listing(path: str) -> list[dict]:
     text = sys.stdin.read() if path == "-" else Path(path).read_text()
     try:
@@ -65,15 +61,20 @@ def cmd_plan(args) -> int:
             cells = [cell for cell in cells if cell in listed]
         print(pipeline.github_matrix(cells))
         return 0
-    here = _detected()
-    plans = plan_cells(select(_cells_arg(args)), here, require_native=args.require == "native")
-    if args.format == "json":
-        print(json.dumps([p.as_dict() for p in plans], indent=2))
+    cells, require_native = select(_cells_arg(args)), args.require == "native"
+    if args.env:
+        plan = Plan.from_record(cells, _env_record(Path(args.env)), require_native)
     else:
-        width = max(len(p.cell.id) for p in plans)
-        for p in plans:
+        plan = Plan.detected(cells, require_native)
+    if args.out:
+        plan.write(Path(args.out))
+    if args.format == "json":
+        print(json.dumps([p.as_dict() for p in plan.cells], indent=2))
+    else:
+        width = max(len(p.cell.id) for p in plan.cells)
+        for p in plan.cells:
             print(f"{p.cell.id.ljust(width)}  {p.execution.value:<9}  {p.reason}")
-    misrouted = [p for p in plans if p.execution is Execution.MISROUTED]
+    misrouted = [p for p in plan.cells if p.execution is Execution.MISROUTED]
     if misrouted:
         print(
             f"error: {len(misrouted)} cell(s) misrouted: this runner is not the host its labels claim; "
@@ -111,13 +112,15 @@ def cmd_split(args) -> int:
     from matrix.junit import RunInfo, write_cell_results
 
     record = _env_record(Path(args.env))
+    plan = load_plan(Path(args.plan))
     raw = Path(args.raw)
     if not raw.exists() and not args.crashed_if_missing:
         raise MatrixError(
             f"{raw} does not exist: give the JUnit file pytest wrote (--junitxml), "
             "or add --crashed-if-missing to record the cells as crashed because pytest wrote none"
         )
-    plans = plan_cells(select(_cells_arg(args)), classify.detected_from_record(record))
+    # The session's one plan, so that the suites say what the cases were run as.
+    plans = plan.select(_cells_arg(args))
     run = RunInfo(
         env=record,
         kit_commit=facts.kit_commit(),
@@ -238,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="github: the job matrix (per runner kind) a workflow feeds to fromJson",
     )
     plan.add_argument("--nox-json", help="with --format github: `nox -l --json` output (a file, or - for stdin)")
+    plan.add_argument("--env", help="plan for the machine this record (`python -m matrix env`) describes")
+    plan.add_argument("--out", help="also write the plan here (plan.json) for pytest, split and the container runner")
     plan.set_defaults(func=cmd_plan)
 
     pipe = sub.add_parser("pipeline", help="the cells as a CI pipeline for another system")
@@ -249,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     split = sub.add_parser("split", help="split a cell session's pytest JUnit into results/<cell>.xml with envelopes")
     split.add_argument("raw", help="the JUnit file pytest wrote (xunit1 family)")
     _add_cells(split)
-    split.add_argument("--env", required=True, help="the record written by `python -m matrix env`")
+    split.add_argument("--plan", required=True, help="the session's plan.json (`python -m matrix plan --out`)")
+    split.add_argument("--env", required=True, help="the record written by `python -m matrix env`, kept beside results")
     split.add_argument("--out", default="results")
     split.add_argument("--started-at", help="ISO time the run started (default: now)")
     split.add_argument(

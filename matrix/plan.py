@@ -1,13 +1,27 @@
-"""How this machine runs a cell: native, emulated, gate-only, or misrouted."""
+"""How this machine runs a cell: native, emulated, gate-only, or misrouted.
+
+A session decides that once and writes it as ``plan.json`` beside ``env.json``
+(``python -m matrix plan --env env.json --out plan.json``); pytest, the split and the
+container runner read that file, so every case and every suite of a run carry the same
+execution. Detection reads live facts (nvidia-smi with a timeout, whichever torch the
+interpreter sees), which two readings of the same machine need not agree on.
+"""
 
 from __future__ import annotations
 
 import enum
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from matrix.cells import Cell, Host
+from matrix.cells import Cell, Host, Stack, select
 from matrix.errors import MatrixError
-from matrix.host.classify import DetectedHost
+from matrix.host.classify import DetectedHost, detect, detected_from_record
+from matrix.host.facts import collect_facts
+
+PLAN_SCHEMA = "wslpin-kit.plan/1"
 
 
 class Execution(enum.StrEnum):
@@ -65,17 +79,109 @@ def plan_cell(cell: Cell, here: DetectedHost, require_native: bool = False) -> C
     return CellPlan(cell, execution, reason)
 
 
-def plan_cells(cells: list[Cell], here: DetectedHost, require_native: bool = False) -> list[CellPlan]:
+def plan_cells(cells: Iterable[Cell], here: DetectedHost, require_native: bool = False) -> list[CellPlan]:
     return [plan_cell(cell, here, require_native) for cell in cells]
 
 
-def cell_pytest_args(pattern: str, junitxml: str, probe_out: str) -> list[str]:
+@dataclass(frozen=True)
+class Plan:
+    """A session's decision for each of its cells, and what it was decided from."""
+
+    cells: tuple[CellPlan, ...]
+    here: DetectedHost
+    env_hash: str  # the hash of the environment record it was computed from; "" when detected live
+
+    @classmethod
+    def for_host(
+        cls, cells: Iterable[Cell], here: DetectedHost, env_hash: str = "", require_native: bool = False
+    ) -> Plan:
+        return cls(tuple(plan_cells(cells, here, require_native)), here, env_hash)
+
+    @classmethod
+    def from_record(cls, cells: Iterable[Cell], record: dict[str, Any], require_native: bool = False) -> Plan:
+        """The plan for the machine an environment record (``python -m matrix env``) describes."""
+        return cls.for_host(cells, detected_from_record(record), record.get("env_hash", ""), require_native)
+
+    @classmethod
+    def detected(cls, cells: Iterable[Cell], require_native: bool = False) -> Plan:
+        """The plan for this machine as detected now: for a command run by hand, without a session's plan.json."""
+        return cls.for_host(cells, detect(collect_facts()), require_native=require_native)
+
+    @property
+    def uses_gpu(self) -> bool:
+        return any(plan.execution.uses_gpu for plan in self.cells)
+
+    def select(self, pattern: str | None) -> list[CellPlan]:
+        """The plans of the cells ``pattern`` names (None: every cell planned); a cell not planned is an error."""
+        if pattern is None:
+            return list(self.cells)
+        planned = {plan.cell: plan for plan in self.cells}
+        wanted = select(pattern)
+        missing = [cell.id for cell in wanted if cell not in planned]
+        if missing:
+            raise MatrixError(
+                f"the plan has no {', '.join(missing)} (it plans {', '.join(p.cell.id for p in self.cells)}): "
+                f"write one that does with `python -m matrix plan --cells {pattern} --out PLAN`"
+            )
+        return [planned[cell] for cell in wanted]
+
+    def as_dict(self) -> dict[str, Any]:
+        here = self.here
+        return {
+            "schema": PLAN_SCHEMA,
+            "env_hash": self.env_hash,
+            "host": {
+                "host": here.host.value,
+                "stack": here.stack.value if here.stack else None,
+                "kernel": list(here.kernel) if here.kernel else None,
+                "gpu": here.gpu,
+                "stack_reason": here.stack_reason,
+            },
+            "cells": [plan.as_dict() for plan in self.cells],
+        }
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.as_dict(), indent=2) + "\n")
+
+
+def load_plan(path: Path) -> Plan:
+    """The plan ``python -m matrix plan --out`` wrote, or one line saying how to write it."""
+    again = f"write it with `python -m matrix plan --cells CELLS --env ENV.json --out {path}`"
+    if not path.is_file():
+        raise MatrixError(f"plan {path} does not exist: {again}")
+    try:
+        record = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MatrixError(f"plan {path} is not JSON ({exc}): {again}") from None
+    if not isinstance(record, dict) or record.get("schema") != PLAN_SCHEMA:
+        raise MatrixError(f"plan {path} is not a plan record (schema {PLAN_SCHEMA}): {again}")
+    try:
+        host = record["host"]
+        here = DetectedHost(
+            host=Host.parse(host["host"]),
+            stack=Stack.parse(host["stack"]) if host["stack"] else None,
+            kernel=tuple(int(part) for part in host["kernel"]) if host["kernel"] else None,
+            gpu=str(host["gpu"]),
+            stack_reason=str(host["stack_reason"]),
+        )
+        cells = tuple(
+            CellPlan(Cell.parse(entry["cell"]), Execution(entry["execution"]), str(entry["reason"]))
+            for entry in record["cells"]
+        )
+        return Plan(cells, here, str(record["env_hash"]))
+    except (KeyError, TypeError, ValueError, AttributeError, MatrixError) as exc:
+        raise MatrixError(f"plan {path} is a damaged plan record ({type(exc).__name__}: {exc}): {again}") from None
+
+
+def cell_pytest_args(pattern: str, junitxml: str, probe_out: str, plan: str) -> list[str]:
     """What a cell session passes pytest, on the host or inside an image (before any tests or options of its own).
 
     xunit1 keeps the properties each case carries (cell, gate key, observed value), which the split reads.
     """
     return [
         *("--cells", pattern, "-o", "junit_family=xunit1"),
+        f"--plan={plan}",
         f"--junitxml={junitxml}",
         f"--probe-out={probe_out}",
         *("-q", "-rfEX"),

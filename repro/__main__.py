@@ -12,7 +12,7 @@ from matrix.cells import Cell, select
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.host import classify, facts
-from matrix.plan import Execution, plan_cells
+from matrix.plan import Execution, Plan, plan_cells
 from matrix.variables import (
     BENCH_PIN_VALUES,
     GATE_PIN_VALUES,
@@ -212,9 +212,10 @@ def cmd_container(args) -> int:
     from matrix.summary import render, summarize
     from repro import container
 
-    cells = select(args.cells)
+    # Planned once, here on the host: the container and the split both read this plan.
+    plan = Plan.detected(select(args.cells))
     pytest_args = tuple(args.pytest_args) or container.CELL_TESTS
-    outcome = container.run_in_image(cells, args.image, Path(args.results), args.group, args.timeout, pytest_args)
+    outcome = container.run_in_image(plan, args.image, Path(args.results), args.group, args.timeout, pytest_args)
     # The table is printed here, not by `matrix summary`: only this run knows which directory the image's vLLM chose.
     summaries = [summarize(path) for path in outcome.written]
     print(render(summaries))

@@ -1,7 +1,9 @@
 """The tests a cell session runs: ``pytest tests/cell --cells PATTERN``.
 
 Every test case carries a ``cell`` property (JUnit family xunit1), which
-``python -m matrix split`` uses to write one file per cell.
+``python -m matrix split`` uses to write one file per cell, and the ``execution``
+its cell was run as, from the session's plan (``--plan plan.json``, the file the
+split reads too). Without ``--plan`` (pytest run by hand) the plan is made once here.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from matrix.cells import Cell, select
 from matrix.errors import MatrixError
 from matrix.expectations import GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.host import classify, facts
-from matrix.plan import plan_cells
+from matrix.plan import CellPlan, Plan, load_plan
 from repro import gate, offload
 
 BUILD = Path(__file__).resolve().parents[2] / "build"
@@ -26,11 +28,13 @@ GATE_VALUE_KEYS = [key for key in GATE_KEYS if key != "imports"]
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "only_hosts(*hosts): generate the test only for cells of these hosts")
+    _plans(config)  # here, so that a bad --cells or --plan is pytest's one-line usage error
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("wslpin-kit")
-    group.addoption("--cells", default=None, help="cell ids or globs (default: all 24)")
+    group.addoption("--cells", default=None, help="cell ids or globs (default: all 24, or all the plan holds)")
+    group.addoption("--plan", default=None, help="the session's plan.json (`python -m matrix plan --out`)")
     group.addoption("--gate-timeout", type=float, default=gate.DEFAULT_TIMEOUT, help="seconds per gate evaluation")
     group.addoption("--repro-timeout", type=float, default=offload.DEFAULT_TIMEOUT, help="seconds per engine run")
     group.addoption("--repro-jobs", type=int, default=4, help="engines at a time on the one GPU")
@@ -38,15 +42,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--model-cache", default=str(BUILD), help="where the tiny model is built and reused")
 
 
-def _plans(config: pytest.Config):
-    if not hasattr(config, "_wslpin_plans"):
+PLANS = pytest.StashKey[dict[Cell, CellPlan]]()
+
+
+def _plans(config: pytest.Config) -> dict[Cell, CellPlan]:
+    if PLANS not in config.stash:
+        pattern, path = config.getoption("--cells"), config.getoption("--plan")
         try:
-            cells = select(config.getoption("--cells"))
+            plan = load_plan(Path(path)) if path else Plan.detected(select(pattern))
+            config.stash[PLANS] = {p.cell: p for p in plan.select(pattern)}
         except MatrixError as exc:
             raise pytest.UsageError(str(exc)) from None
-        here = classify.detect(facts.collect_facts())
-        config._wslpin_plans = {p.cell: p for p in plan_cells(cells, here)}
-    return config._wslpin_plans
+    return config.stash[PLANS]
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import pytest
 from conftest import ROOT, run_module
 
 BENCH = ("bench", "--cell", "cuda-wsl2new-v2-graph", "--server", "fake")
+SPLIT_FILES = ("--plan", "plan.json", "--env", "env.json")
 
 
 def one_error_line(done: subprocess.CompletedProcess) -> str:
@@ -29,10 +30,10 @@ def bare_python(tmp_path_factory):
 @pytest.mark.parametrize(
     "args, missing",
     [
-        (("repro", "--help"), "packaging"),
-        (("repro", *BENCH), "packaging"),
+        (("repro", "--help"), "junitparser"),
+        (("repro", *BENCH), "junitparser"),
         (("matrix", "report", "tests/corpus", "--out", "{tmp}/report"), "packaging"),
-        (("matrix", "split", "junit.xml", "--env", "env.json", "--out", "{tmp}/results"), "junitparser"),
+        (("matrix", "split", "junit.xml", *SPLIT_FILES, "--out", "{tmp}/results"), "junitparser"),
     ],
 )
 def test_a_python_without_the_kits_dependencies_says_how_to_get_them(bare_python, tmp_path, args, missing):
@@ -57,19 +58,30 @@ def env_record(tmp_path_factory):
     return path
 
 
-def test_split_of_a_file_that_does_not_exist_refuses_and_writes_nothing(tmp_path, env_record):
-    done = run_module("matrix", "split", str(tmp_path / "absent.xml"), "--env", str(env_record), "--out", str(tmp_path))
+@pytest.fixture(scope="module")
+def plan(env_record):
+    path = env_record.parent / "plan.json"
+    assert run_module("matrix", "plan", "--env", str(env_record), "--out", str(path)).returncode == 0
+    return path
+
+
+def split(raw, env, plan, out) -> subprocess.CompletedProcess:
+    return run_module("matrix", "split", str(raw), "--plan", str(plan), "--env", str(env), "--out", str(out))
+
+
+def test_split_of_a_file_that_does_not_exist_refuses_and_writes_nothing(tmp_path, env_record, plan):
+    done = split(tmp_path / "absent.xml", env_record, plan, tmp_path)
     line = one_error_line(done)
     assert f"{tmp_path / 'absent.xml'} does not exist: give the JUnit file pytest wrote" in line
     assert "--crashed-if-missing" in line
     assert list(tmp_path.iterdir()) == []
 
 
-def test_split_of_a_truncated_file_refuses_and_writes_nothing(tmp_path, env_record):
+def test_split_of_a_truncated_file_refuses_and_writes_nothing(tmp_path, env_record, plan):
     raw = tmp_path / "junit.xml"
     raw.write_text('<testsuites><testsuite name="pytest"><testcase classname="x" name')
     out = tmp_path / "results"
-    line = one_error_line(run_module("matrix", "split", str(raw), "--env", str(env_record), "--out", str(out)))
+    line = one_error_line(split(raw, env_record, plan, out))
     assert f"{raw} is not a JUnit file (unclosed token: line 1" in line
     assert not out.exists()
 
@@ -82,12 +94,10 @@ def test_split_of_a_truncated_file_refuses_and_writes_nothing(tmp_path, env_reco
         ('{"schema": "something/9"}', "is not an environment record (schema wslpin-kit.env/1)"),
     ],
 )
-def test_split_with_a_garbage_env_record_refuses_and_writes_nothing(tmp_path, text, says):
+def test_split_with_a_garbage_env_record_refuses_and_writes_nothing(tmp_path, plan, text, says):
     env, out = tmp_path / "env.json", tmp_path / "results"
     env.write_text(text)
-    line = one_error_line(
-        run_module("matrix", "split", str(tmp_path / "junit.xml"), "--env", str(env), "--out", str(out))
-    )
+    line = one_error_line(split(tmp_path / "junit.xml", env, plan, out))
     assert f"--env {env} {says}" in line and f"`python -m matrix env --out {env}`" in line
     assert not out.exists()
 

@@ -1,6 +1,6 @@
 """Cells inside a container image: the spec per stack x host, and every failure as a crashed cell.
 
-The spec tests describe GPU hosts this machine cannot be (DetectedHost values: no GPU,
+The spec tests describe GPU hosts this machine cannot be (plans for DetectedHost values: no GPU,
 no WSL here); nothing else is mocked. The tests marked by the ``smoke_image`` fixture
 need a real Docker engine and the image ``nox -s docker_smoke`` builds, and run there.
 """
@@ -17,7 +17,7 @@ from junitparser import Error, JUnitXml
 from matrix.cells import Cell, Host, Mode, Runner, Stack
 from matrix.host.classify import DetectedHost
 from matrix.junit import suite_properties
-from matrix.plan import plan_cells
+from matrix.plan import Plan
 from matrix.releases import VLLM_VERSION
 from repro import container
 
@@ -30,8 +30,7 @@ def gpu_host(host: Host, stack: Stack | None) -> DetectedHost:
 
 def spec_for(cell: str, here: DetectedHost, environ: dict | None = None) -> container.ContainerSpec:
     return container.container_spec(
-        plan_cells([Cell.parse(cell)], here),
-        here,
+        Plan.for_host([Cell.parse(cell)], here),
         "vllm/vllm-openai:v0.33.0",
         cell,
         Path("/runner/results"),
@@ -110,13 +109,14 @@ def test_the_kit_is_read_only_the_results_writable_and_the_cells_variables_passe
     assert "python3 -m matrix env --out /results/cuda-linux-v2-graph.container/env.json" in script
     assert "--cells cuda-linux-v2-graph" in script and "tests/cell" in script
     assert "--junitxml=/results/cuda-linux-v2-graph.container/junit.xml" in script
+    # The host's plan, handed over in the scratch directory: the container does not plan again.
+    assert "--plan=/results/cuda-linux-v2-graph.container/plan.json" in script
 
 
 def test_a_session_narrowed_to_some_tests_runs_only_those_in_the_container():
-    here = gpu_host(Host.LINUX, None)
-    plans = plan_cells([Cell.parse("rocm-linux-v1-graph")], here)
+    plan = Plan.for_host([Cell.parse("rocm-linux-v1-graph")], gpu_host(Host.LINUX, None))
     args = ("tests/cell/test_gate.py", "-k", "pin")
-    spec = container.container_spec(plans, here, "i", "gate", Path("/r"), Path("/d"), {}, "0:0", args)
+    spec = container.container_spec(plan, "i", "gate", Path("/r"), Path("/d"), {}, "0:0", args)
     script = spec.command[-1]
     assert script.endswith("-q -rfEX tests/cell/test_gate.py -k pin")
     assert "tests/cell " not in script
@@ -189,15 +189,17 @@ def test_a_missing_device_is_a_crashed_cell_before_any_engine_is_asked(tmp_path)
         pytest.skip("this machine has /dev/kfd: the device is not missing here")
     cell = Cell.parse("rocm-linux-v1-eager")
     outcome = container.run_in_image(
-        [cell],
+        Plan.for_host([cell], gpu_host(Host.LINUX, Stack.ROCM)),  # an AMD GPU host, which this machine is not
         "rocm/vllm:latest",
         tmp_path,
         environ={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"},
-        here=gpu_host(Host.LINUX, Stack.ROCM),  # an AMD GPU host, which this machine is not
     )
     assert outcome.crashed.startswith("/dev/kfd, /dev/dri not present on this host")
-    _, message = crashed(tmp_path, cell.id)
+    props, message = crashed(tmp_path, cell.id)
     assert "/dev/kfd" in message
+    # The split wrote the plan the container was given, not what this machine would detect.
+    assert props["execution"] == "native"
+    assert props["execution_reason"] == "this machine is linux with rocm: the cell's own host"
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +264,6 @@ def test_an_engine_without_a_gpu_runtime_refuses_the_gpu_request(smoke_image, tm
         pytest.skip("this engine has the NVIDIA runtime: the request would succeed")
     cell = Cell.parse("cuda-linux-v1-graph")
     # A CUDA host, which this machine is not: the engine itself says it has no GPU to give.
-    outcome = container.run_in_image([cell], smoke_image, tmp_path, here=gpu_host(Host.LINUX, Stack.CUDA))
+    outcome = container.run_in_image(Plan.for_host([cell], gpu_host(Host.LINUX, Stack.CUDA)), smoke_image, tmp_path)
     assert outcome.crashed.startswith("the Docker engine cannot give the container a GPU")
     assert no_containers_left()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT, run_module
@@ -161,3 +164,73 @@ def test_the_published_page_opens_offline(tmp_path):
         pytest.skip("no Chromium here (.ci/run installs it)")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(HISTORY_VERSIONS)} grid(s), {24 * len(HISTORY_VERSIONS)} cell(s), 0 console message(s)" in done.stdout
+
+
+# --- one path: the history session runs its releases the way a cell session runs its cells -------------------
+
+
+class RecordingSession:
+    """What noxfile's sessions ask of nox, recorded instead of run; ``matrix env`` leaves a record to read."""
+
+    def __init__(self, name: str, tmp: Path, posargs: list[str]) -> None:
+        self.name, self.tmp, self.posargs = name, tmp, posargs
+        self.virtualenv = SimpleNamespace(location=str(tmp / "venv"))
+        self.commands: list[tuple[str, ...]] = []
+
+    def run(self, *args: str, **kwargs: object) -> str:
+        self.commands.append(args)
+        if args[1:4] == ("-m", "matrix", "env"):
+            Path(args[args.index("--out") + 1]).write_text(json.dumps({"packages": {"vllm": {"version": "0.33.0"}}}))
+        return ""
+
+    def install(self, *args: str, **kwargs: object) -> None:
+        self.commands.append(("install", *args))
+
+    def create_tmp(self) -> str:
+        return str(self.tmp)
+
+    def log(self, *args: object) -> None:
+        pass
+
+    def error(self, message: str) -> None:
+        raise AssertionError(message)
+
+
+def kit_steps(session: RecordingSession) -> list[list[str]]:
+    """The kit's commands a session ran, files by their base names, without where results go and when."""
+    steps = []
+    for command in session.commands:
+        if command[1:2] != ("-m",) or command[2] not in ("matrix", "pytest"):
+            continue
+        args = [re.sub(r"(^|=)/\S*/", r"\1", arg) for arg in command[2:]]
+        for option in ("--out", "--started-at"):
+            if args[:2] == ["matrix", "split"]:
+                del args[args.index(option) + 1]
+        steps.append(args)
+    return steps
+
+
+def test_history_runs_each_release_through_the_cell_sessions_path(tmp_path):
+    import noxfile
+
+    gate = RecordingSession("gate", tmp_path / "gate", [])
+    history = RecordingSession("history", tmp_path / "history", ["--versions", "0.33.0"])
+    for session in (gate, history):
+        session.tmp.mkdir()
+    noxfile.gate(gate)
+    noxfile.history(history)
+    gate_steps, history_steps = kit_steps(gate), kit_steps(history)
+    assert [step[:2] for step in history_steps] == [
+        ["matrix", "env"],
+        ["matrix", "plan"],
+        ["pytest", "tests/cell/test_gate.py"],
+        ["matrix", "split"],
+    ]
+    # The same env -> plan -> pytest -> split, bar the probe file's name; the cell session then prints its table.
+    probe = {"--probe-out=gate.probe.json": "--probe-out=history.probe.json"}
+    assert [[probe.get(arg, arg) for arg in step] for step in gate_steps[:4]] == history_steps
+    assert gate_steps[4][:2] == ["matrix", "summary"]
+    (pytest_run,) = [command for command in history.commands if command[1:3] == ("-m", "pytest")]
+    assert f"--plan={history.tmp / '0.33.0' / 'plan.json'}" in pytest_run
+    (split,) = [command for command in history.commands if command[2:4] == ("matrix", "split")]
+    assert split[split.index("--out") + 1] == str(ROOT / "results" / "history" / "0.33.0")

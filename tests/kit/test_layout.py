@@ -31,7 +31,15 @@ def env(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def raw(tmp_path_factory) -> dict[str, Path]:
+def plan(env) -> Path:
+    """The sessions' plan, made from their environment record."""
+    path = env.parent / "plan.json"
+    assert run_module("matrix", "plan", "--cells", CELLS, "--env", str(env), "--out", str(path)).returncode == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory, plan) -> dict[str, Path]:
     """Each session's pytest JUnit, run once (vLLM's gate is slow to ask) and split by each test as it needs."""
     # The gate's answers pass only where the cells have no GPU of theirs (a stand-in GPU is not real).
     require_gate_only(CELLS)
@@ -39,15 +47,16 @@ def raw(tmp_path_factory) -> dict[str, Path]:
     found = {}
     for group, tests in SESSIONS.items():
         found[group] = tmp / f"{group}.xml"
-        done = run_module("pytest", *tests, *cell_pytest_args(CELLS, str(found[group]), str(tmp / f"{group}.json")))
+        args = cell_pytest_args(CELLS, str(found[group]), str(tmp / f"{group}.json"), str(plan))
+        done = run_module("pytest", *tests, *args)
         assert done.returncode == 0, done.stdout[-3000:]
     return found
 
 
-def split(results: Path, raw: Path, group: str, env: Path) -> Path:
-    """What a session does after pytest: split its JUnit into the directory its environment record gives."""
+def split(results: Path, raw: Path, group: str, env: Path, plan: Path) -> Path:
+    """What a session does after pytest: split its JUnit by its plan into the directory its environment record gives."""
     out = run_dir(results, json.loads(env.read_text()), group)
-    done = run_module("matrix", "split", str(raw), "--cells", CELLS, "--env", str(env), "--out", str(out))
+    done = run_module("matrix", "split", str(raw), "--plan", str(plan), "--env", str(env), "--out", str(out))
     assert done.returncode == 0, done.stderr
     return out
 
@@ -85,9 +94,9 @@ def test_each_release_and_group_has_its_own_directory():
     assert run_dir(root, {"packages": {"vllm": {"version": "../.."}}}, "gate") == root / "unknown" / "gate"
 
 
-def test_gate_then_probe_then_repro_keeps_the_gate_results(tmp_path, env, raw):
+def test_gate_then_probe_then_repro_keeps_the_gate_results(tmp_path, env, plan, raw):
     results = tmp_path / "results"
-    dirs = {group: split(results, raw[group], group, env) for group in ("gate", "probe", "repro")}
+    dirs = {group: split(results, raw[group], group, env, plan) for group in ("gate", "probe", "repro")}
     assert len(set(dirs.values())) == 3
     for out in dirs.values():
         assert {p.name for p in out.glob("*.xml")} == {f"{c}.xml" for c in CELLS.split(",")}
@@ -101,11 +110,11 @@ def test_gate_then_probe_then_repro_keeps_the_gate_results(tmp_path, env, raw):
     assert {Path(s).parent for s in sources} == set(dirs.values())
 
 
-def test_another_release_leaves_the_first_in_place(tmp_path, env, raw):
+def test_another_release_leaves_the_first_in_place(tmp_path, env, plan, raw):
     results = tmp_path / "results"
-    first = split(results, raw["gate"], "gate", env)
+    first = split(results, raw["gate"], "gate", env, plan)
     before = {p: p.read_bytes() for p in first.iterdir()}
-    second = split(results, raw["gate"], "gate", release_record(tmp_path, env, "0.32.0"))
+    second = split(results, raw["gate"], "gate", release_record(tmp_path, env, "0.32.0"), plan)
     assert second == results / "0.32.0" / "gate" and first == results / VLLM_VERSION / "gate"
     assert {p: p.read_bytes() for p in first.iterdir()} == before
     document = report(results, tmp_path / "report")
@@ -115,10 +124,10 @@ def test_another_release_leaves_the_first_in_place(tmp_path, env, raw):
         assert cell["provenance"]["vllm_version"] == release and cell["status"] == "pass"
 
 
-def test_a_crashed_image_run_replaces_no_host_result(tmp_path, env, raw):
+def test_a_crashed_image_run_replaces_no_host_result(tmp_path, env, plan, raw):
     """No Docker engine answers: the crash lands under unknown/gate@<image>, the host's files stay as they were."""
     results = tmp_path / "results"
-    host = split(results, raw["gate"], "gate", env)
+    host = split(results, raw["gate"], "gate", env, plan)
     before = {p: p.read_bytes() for p in host.iterdir()}
     done = run_module(
         "repro",

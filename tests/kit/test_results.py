@@ -1,4 +1,4 @@
-"""A cell run end to end, as the cell session runs it: pytest -> split -> summary, real vLLM."""
+"""A cell run end to end, as the cell session runs it: env -> plan -> pytest -> split -> summary, real vLLM."""
 
 import json
 
@@ -9,6 +9,7 @@ from junitparser import JUnitXml
 from matrix.host.classify import detect
 from matrix.host.facts import collect_facts
 from matrix.junit import case_properties, suite_properties
+from matrix.plan import cell_pytest_args
 
 CELL = "rocm-wsl2new-v2-graph"
 
@@ -17,11 +18,12 @@ CELL = "rocm-wsl2new-v2-graph"
 def results(tmp_path_factory):
     require_gate_only(CELL)
     tmp = tmp_path_factory.mktemp("cell")
-    env, raw, out = tmp / "env.json", tmp / "junit.xml", tmp / "results"
+    env, plan, raw, out = tmp / "env.json", tmp / "plan.json", tmp / "junit.xml", tmp / "results"
     assert run_module("matrix", "env", "--out", str(env)).returncode == 0
-    tests = run_module("pytest", "tests/cell", "--cells", CELL, "-o", "junit_family=xunit1", f"--junitxml={raw}", "-q")
+    assert run_module("matrix", "plan", "--cell", CELL, "--env", str(env), "--out", str(plan)).returncode == 0
+    tests = run_module("pytest", "tests/cell", *cell_pytest_args(CELL, str(raw), str(tmp / "probe.json"), str(plan)))
     assert tests.returncode == 0, tests.stdout[-3000:]
-    split = run_module("matrix", "split", str(raw), "--cell", CELL, "--env", str(env), "--out", str(out))
+    split = run_module("matrix", "split", str(raw), "--plan", str(plan), "--env", str(env), "--out", str(out))
     assert split.returncode == 0, split.stderr
     return out
 
@@ -75,14 +77,16 @@ def test_summary_prints_the_table(results):
 
 
 def test_a_cell_without_results_still_gets_a_file_that_says_why(tmp_path):
-    env = tmp_path / "env.json"
+    env, plan = tmp_path / "env.json", tmp_path / "plan.json"
     assert run_module("matrix", "env", "--out", str(env)).returncode == 0
+    planned = run_module("matrix", "plan", "--cells", "cuda-linux-*-graph", "--env", str(env), "--out", str(plan))
+    assert planned.returncode == 0, planned.stderr
     done = run_module(
         "matrix",
         "split",
         str(tmp_path / "absent.xml"),
-        "--cells",
-        "cuda-linux-*-graph",
+        "--plan",
+        str(plan),
         "--env",
         str(env),
         "--out",
