@@ -16,7 +16,7 @@ from matrix.plan import Execution, Plan, load_plan
 from matrix.releases import VLLM_VERSION
 
 
-def _cells_arg(args) -> str | None:
+def _cells_arg(args: argparse.Namespace) -> str | None:
     return args.cell or args.cells
 
 
@@ -26,7 +26,7 @@ def _add_cells(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cell", help="one cell id, e.g. cuda-wsl2new-v2-graph")
 
 
-def cmd_env(args) -> int:
+def cmd_env(args: argparse.Namespace) -> int:
     record = facts.collect_environment()
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     if args.out:
@@ -51,7 +51,7 @@ def _nox_listing(path: str) -> list[dict]:
         raise MatrixError(f"--nox-json {path!r} is not the JSON of `nox -l --json`: {exc}") from None
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     from matrix.ci import pipeline
 
     if args.format == "github":
@@ -85,7 +85,7 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def cmd_pipeline(args) -> int:
+def cmd_pipeline(args: argparse.Namespace) -> int:
     from matrix.ci import pipeline
 
     print(pipeline.buildkite_pipeline(select(_cells_arg(args)), args.vllm))
@@ -106,7 +106,7 @@ def _env_record(path: Path) -> dict:
     return record
 
 
-def cmd_split(args) -> int:
+def cmd_split(args: argparse.Namespace) -> int:
     # junitparser is imported here, not at the top: `env` and `plan` must work on
     # a bare Python (a fresh runner, the workflow's plan job) with nothing installed.
     from matrix.junit import RunInfo, write_cell_results
@@ -132,7 +132,7 @@ def cmd_split(args) -> int:
     return 0
 
 
-def cmd_summary(args) -> int:
+def cmd_summary(args: argparse.Namespace) -> int:
     from matrix.summary import render, summarize
 
     out = Path(args.results)
@@ -149,7 +149,7 @@ def cmd_summary(args) -> int:
     return 0
 
 
-def cmd_report(args) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
     from matrix.report import render_html, render_json, render_md, render_text
     from matrix.report.model import build_report
     from matrix.report.reading import InputError
@@ -199,7 +199,7 @@ def cmd_report(args) -> int:
     return 0
 
 
-def cmd_page(args) -> int:
+def cmd_page(args: argparse.Namespace) -> int:
     from matrix.ci import browser
 
     page = Path(args.report) / "index.html"

@@ -31,7 +31,7 @@ BENCH_WITHOUT_GPU = (
 SHOWN = ("imports", "platform_pin", "pin", "uva", "warning", "v2_buffer", "offload_path")
 
 
-def cmd_gate(args) -> int:
+def cmd_gate(args: argparse.Namespace) -> int:
     from repro import gate
 
     plans = plan_cells(select(args.cells), classify.detect(facts.collect_facts()))
@@ -61,7 +61,7 @@ def cmd_gate(args) -> int:
     return 0 if all(o.ok for o in outcomes.values()) else 1
 
 
-def cmd_tiny_model(args) -> int:
+def cmd_tiny_model(args: argparse.Namespace) -> int:
     # numpy is imported by the commands that build the model, not at the top:
     # `container` runs on a host that has only the kit and the docker SDK.
     from repro.tinymodel import tiny_model
@@ -70,7 +70,7 @@ def cmd_tiny_model(args) -> int:
     return 0
 
 
-def cmd_offload_graph(args) -> int:
+def cmd_offload_graph(args: argparse.Namespace) -> int:
     cell = Cell.parse(args.cell)
     (plan,) = plan_cells([cell], classify.detect(facts.collect_facts()))
     plan.require_gpu("run", "run it on the cell's GPU")
@@ -90,7 +90,7 @@ def cmd_offload_graph(args) -> int:
     return 0 if ran.ok else 1
 
 
-def cmd_probe(args) -> int:
+def cmd_probe(args: argparse.Namespace) -> int:
     here = classify.detect(facts.collect_facts())
     names = list(probe.SECTIONS) if not args.sections else args.sections.split(",")
     unknown = [n for n in names if n not in probe.SECTIONS]
@@ -142,7 +142,7 @@ BENCH_ABOVE_ZERO = (
 BENCH_NOT_NEGATIVE = ("cpu_offload_gb", "seed")
 
 
-def _check_bench_numbers(args) -> None:
+def _check_bench_numbers(args: argparse.Namespace) -> None:
     """One line for the first number the benchmark cannot run with, before anything starts or is written."""
     for name in BENCH_ABOVE_ZERO + BENCH_NOT_NEGATIVE:
         value = getattr(args, name)
@@ -158,7 +158,7 @@ def _check_bench_numbers(args) -> None:
         )
 
 
-def cmd_bench(args) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:
     # Before the benchmark's imports (numpy, matplotlib: seconds), so a mistyped number is answered at once.
     _check_bench_numbers(args)
     concurrency = _ints(args.concurrency)
@@ -208,7 +208,7 @@ def cmd_bench(args) -> int:
     return 0 if doc["outcome"] == "ok" else 1
 
 
-def cmd_container(args) -> int:
+def cmd_container(args: argparse.Namespace) -> int:
     from matrix.summary import render, summarize
     from repro import container
 

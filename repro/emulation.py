@@ -14,10 +14,13 @@ Two separate things, both applied before the first ``import vllm``:
 from __future__ import annotations
 
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import platform
 import sys
 import types
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from matrix.cells import Host, Stack
 
@@ -49,20 +52,22 @@ def _nvml_stub(gpus: int) -> types.ModuleType:
         if not gpus:
             raise NVMLError_LibraryNotFound("emulated: no NVIDIA GPU in this cell")
 
-    def unsupported(name):
+    def unsupported(name: str) -> Callable[..., NoReturn]:
         if name.startswith("__"):  # module protocol (inspect, pickle) must see a plain module
             raise AttributeError(name)
 
-        def call(*_a, **_k):
+        def call(*_a: object, **_k: object) -> NoReturn:
             raise NVMLError_LibraryNotFound(f"emulated NVML has no {name}")
 
         return call
 
-    nvml.nvmlInit = init
-    nvml.nvmlShutdown = lambda: None
-    nvml.nvmlDeviceGetCount = lambda: gpus
-    nvml.NVMLError = _NvmlError
-    nvml.__getattr__ = unsupported
+    vars(nvml).update(
+        nvmlInit=init,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: gpus,
+        NVMLError=_NvmlError,
+        __getattr__=unsupported,
+    )
     return nvml
 
 
@@ -74,27 +79,29 @@ def _amdsmi_stub() -> types.ModuleType:
     """amdsmi answering for one RDNA3 GPU (libamd_smi.so exists only with a ROCm driver)."""
     smi = types.ModuleType("amdsmi")
     handle = object()
-    smi.AmdSmiException = AmdSmiException
-    smi.amdsmi_init = lambda *a: None
-    smi.amdsmi_shut_down = lambda: None
-    smi.amdsmi_get_processor_handles = lambda: [handle]
-    smi.amdsmi_get_gpu_asic_info = lambda h: {
-        "target_graphics_version": EMULATED_GCN_ARCH,
-        "market_name": "emulated Radeon RX 7900 XTX",
-    }
 
-    def unsupported(name):
+    def unsupported(name: str) -> object:
         if name.startswith("__"):
             raise AttributeError(name)
         if name[:1].isupper():  # enums and classes imported by name at module load
             return types.SimpleNamespace()
 
-        def call(*_a, **_k):
+        def call(*_a: object, **_k: object) -> NoReturn:
             raise AmdSmiException(f"emulated amdsmi has no {name}")
 
         return call
 
-    smi.__getattr__ = unsupported
+    vars(smi).update(
+        AmdSmiException=AmdSmiException,
+        amdsmi_init=lambda *a: None,
+        amdsmi_shut_down=lambda: None,
+        amdsmi_get_processor_handles=lambda: [handle],
+        amdsmi_get_gpu_asic_info=lambda h: {
+            "target_graphics_version": EMULATED_GCN_ARCH,
+            "market_name": "emulated Radeon RX 7900 XTX",
+        },
+        __getattr__=unsupported,
+    )
     return smi
 
 
@@ -104,15 +111,17 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, modules: dict[str, types.ModuleType]) -> None:
         self.modules = modules
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if name in self.modules:
             return importlib.util.spec_from_loader(name, self)
         return None
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         return self.modules[spec.name]
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:
         pass
 
 
@@ -143,7 +152,8 @@ def stub_gpu(stack: Stack) -> None:
     if stack is Stack.ROCM:
         stubs["amdsmi"] = _amdsmi_stub()
     else:
-        sys.modules["amdsmi"] = None  # a real amdsmi would find no GPU, or fail to load
+        # None in sys.modules is how Python blocks an import (typeshed does not allow it).
+        sys.modules["amdsmi"] = None  # type: ignore[assignment]  # a real amdsmi would find no GPU
     sys.meta_path.insert(0, _StubFinder(stubs))
     _triton_sees_a_gpu(stack)
     if stack is Stack.ROCM:

@@ -14,9 +14,13 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from matrix.cells import Host
 from repro import emulation
+
+if TYPE_CHECKING:
+    import torch
 
 PROMPTS = ([1, 17, 42, 99, 123, 7, 256, 311], [1, 300, 301, 302, 55])
 MAX_TOKENS = 16
@@ -28,7 +32,7 @@ def _allocator_segments() -> list[tuple[int, int]]:
     return [(s["address"], s["address"] + s["total_size"]) for s in torch.cuda.memory_snapshot()]
 
 
-def offload_stats(model) -> dict:
+def offload_stats(model: torch.nn.Module) -> dict:
     """Where the model's parameters live, as vLLM left them.
 
     A UVA-offloaded parameter is a device tensor whose memory is pinned host
@@ -39,7 +43,7 @@ def offload_stats(model) -> dict:
         model = model.unwrap()  # a runner's CUDA-graph wrapper around the module
     segments = _allocator_segments()
 
-    def device_owned(p) -> bool:
+    def device_owned(p: torch.Tensor) -> bool:
         return any(lo <= p.data_ptr() < hi for lo, hi in segments)
 
     stats = {"params": 0, "on_cpu": 0, "pinned_cpu": 0, "uva": 0, "device_weight_bytes": 0}

@@ -14,6 +14,7 @@ import importlib
 import logging
 import os
 import traceback
+import types
 from dataclasses import dataclass
 
 from matrix.cells import Cell, Host, Runner, Stack
@@ -71,7 +72,7 @@ def _pin_warning(messages: list[str]) -> str:
     return "wsl-kernel" if any("kernel" in m for m in pin) else "wsl"
 
 
-def _first_module(*names: str):
+def _first_module(*names: str) -> types.ModuleType | None:
     for name in names:
         try:
             return importlib.import_module(name)
@@ -165,7 +166,8 @@ def decide(request: GateRequest) -> dict:
     answer["vllm_version"] = getattr(vllm, "__version__", "unknown")
     answer["platform_class"] = f"{type(platform).__module__}.{type(platform).__qualname__}"
     answer["pin_memory_constant"] = getattr(torch_utils, "PIN_MEMORY", None)
-    utils = _first_module("vllm.utils.platform_utils") or _first_module("vllm.utils")
+    # Older releases keep these in vllm.utils, which every release has.
+    utils = _first_module("vllm.utils.platform_utils") or importlib.import_module("vllm.utils")
     probes = {
         "platform_pin": lambda: type(platform).is_pin_memory_available(),
         "pin": lambda: utils.is_pin_memory_available(),

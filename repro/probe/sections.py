@@ -10,7 +10,12 @@ import ctypes
 import dataclasses
 import statistics
 import time
+import types
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 from repro.failures import classify
 
@@ -24,7 +29,7 @@ class NotApplicableError(Exception):
     """The section has no meaning on this platform; the message says why."""
 
 
-def _torch():
+def _torch() -> types.ModuleType:
     import torch
 
     if not torch.cuda.is_available():
@@ -32,7 +37,7 @@ def _torch():
     return torch
 
 
-def _time_copies(torch, dst, src, non_blocking: bool, reps: int) -> float:
+def _time_copies(torch: types.ModuleType, dst: Tensor, src: Tensor, non_blocking: bool, reps: int) -> float:
     """Median seconds of one copy, timed by device events."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     dst.copy_(src, non_blocking=non_blocking)
@@ -87,7 +92,7 @@ def section_bandwidth() -> dict:
     return {"rows": rows, "bare_copy_loop_h2d_gbs_256mib": round(bare, 3)}
 
 
-def _capture(torch, fn: Callable[[], None]):
+def _capture(torch: types.ModuleType, fn: Callable[[], None]) -> Any:
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -119,7 +124,7 @@ def capture_copy(pinned: bool, non_blocking: bool) -> Callable[[], dict]:
     return section
 
 
-def _runtime():
+def _runtime() -> tuple[Callable[..., int], Callable[[int], bytes]]:
     """The CUDA or HIP runtime library torch loaded, for the host-pointer API torch does not expose."""
     _torch()
     with open("/proc/self/maps") as maps:
@@ -136,7 +141,7 @@ def _runtime():
     return get, describe
 
 
-def _device_pointer(host_tensor) -> int:
+def _device_pointer(host_tensor: Tensor) -> int:
     get, describe = _runtime()
     ptr = ctypes.c_void_p()
     code = get(ctypes.byref(ptr), ctypes.c_void_p(host_tensor.data_ptr()), 0)
@@ -179,7 +184,7 @@ def section_uva_pageable_refused() -> dict:
     raise AssertionError("the runtime handed out a device pointer for pageable memory")
 
 
-def _offload_variants(torch) -> tuple[dict[str, Callable[[], None]], str]:
+def _offload_variants(torch: types.ModuleType) -> tuple[dict[str, Callable[[], None]], str]:
     """Decode-like steps over STEP_LAYERS offloaded layers, one per place the weights can live.
 
     Also returns why there is no UVA variant, if there is none.
@@ -200,7 +205,7 @@ def _offload_variants(torch) -> tuple[dict[str, Callable[[], None]], str]:
     except (NotApplicableError, RuntimeError) as exc:
         uva_error = str(exc)
 
-    def step(weights, copy_from_host: bool, non_blocking: bool) -> Callable[[], None]:
+    def step(weights: list[Tensor], copy_from_host: bool, non_blocking: bool) -> Callable[[], None]:
         def run() -> None:
             for w in weights:
                 src = staging.copy_(w, non_blocking=non_blocking) if copy_from_host else w
@@ -302,7 +307,7 @@ def section_offload_step_ab() -> dict:
     }
 
 
-def _time_fn(torch, fn: Callable[[], None], reps: int = 10) -> float:
+def _time_fn(torch: types.ModuleType, fn: Callable[[], None], reps: int = 10) -> float:
     fn()
     torch.cuda.synchronize()
     samples = []
