@@ -11,7 +11,9 @@ from test_report import NOW, envelope, gate_case
 from matrix.cells import MatrixError
 from matrix.releases import HISTORY_VERSIONS
 from matrix.report import render_html, render_md
-from matrix.report.model import build_report
+from matrix.report.bench import BenchSummary
+from matrix.report.model import Evidence, EvidenceKind, build_report
+from matrix.report.view import build_view, evidence_sentence
 
 PUBLISHED = ROOT / "docs" / "matrix" / "compat.json"
 
@@ -60,12 +62,52 @@ def test_evidence_and_probes(tmp_path):
         "0.33.0", *__import__("matrix.cells").cells.Cell.parse("rocm-wsl2new-v1-graph").__dict__.values()
     )
     assert report.evidence(cell) == [
+        Evidence(EvidenceKind.GATE_ONLY, "2026-11-29", "0.33.0"),
+        Evidence(EvidenceKind.PROBE, "2026-11-20", "Radeon RX 7900 XTX", passed=False),
+    ]
+    assert [evidence_sentence(e) for e in report.evidence(cell)] == [
         "gate-only: vLLM 0.33.0's own code decides (2026-11-29)",
         "probe on Radeon RX 7900 XTX (2026-11-20): mechanism fails",
     ]
     (probes / "broken.json").write_text("{}")
     with pytest.raises(MatrixError, match="not a probe record"):
         build_report([str(tmp_path / "0.33.0.xml")], kit_commit="t", now=NOW, probes=str(probes))
+
+
+def test_each_kind_of_evidence_reads_as_the_published_sentence():
+    bench = BenchSummary(
+        "b.json", "cuda-linux-v1-graph", "2026-11-25T00:00:00", "fake", "0.33.0", "ok", 4, "no difference"
+    )
+    assert [
+        evidence_sentence(e)
+        for e in (
+            Evidence(EvidenceKind.EMULATED, "2026-11-28", "NVIDIA H200"),
+            Evidence(EvidenceKind.NATIVE, "2026-11-29", "RTX 4090 (24 GB)", runner="wsl-1"),
+            Evidence(EvidenceKind.SUPERSEDED, "", "", execution="gate-only", counts=(("pass", 3), ("skipped", 1))),
+            Evidence(EvidenceKind.PROBE, "2026-11-20", "RTX 4090", passed=True),
+            Evidence(EvidenceKind.BENCH, "2026-11-25", "0.33.0", bench=bench),
+        )
+    ] == [
+        "emulated on NVIDIA H200 (2026-11-28)",
+        "native run on RTX 4090 (24 GB), runner wsl-1 (2026-11-29)",
+        "also a gate-only result, not used for the status (3 pass, 1 skipped)",
+        "probe on RTX 4090 (2026-11-20): mechanism works",
+        "bench 2026-11-25 (test server, concurrency 4): no difference",
+    ]
+
+
+def test_the_grid_names_the_evidence_without_cutting_a_gpu_name(tmp_path):
+    path = tmp_path / "native.xml"
+    path.write_text(
+        f'<testsuite name="x">{envelope("cuda-wsl2new-v2-graph", execution="native", gpu="RTX 4090 (24 GB)")}'
+        f"{gate_case('p', 'pin', 'unset', 'False')}</testsuite>"
+    )
+    report = build_report([str(path)], kit_commit="t", now=NOW)
+    (cell,) = [
+        c for row in next(build_view(report).releases()).rows for c in row.cells if c.id == "cuda-wsl2new-v2-graph"
+    ]
+    assert cell.evidence_line == "native run on RTX 4090 (24 GB), runner ?"
+    assert '<div class="ev">native run on RTX 4090 (24 GB), runner ?</div>' in render_html.render(report)
 
 
 def test_contradicted_rules_are_named(tmp_path):
