@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import jinja2
+from markupsafe import Markup, escape
 
 from matrix.report.model import Report
-from matrix.report.view import build_view
+from matrix.report.view import Phrase, Style, build_view, spell
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
@@ -25,6 +26,18 @@ _TEMPLATES = jinja2.Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
+_MARKS = {
+    Style.TEXT: escape,
+    Style.CODE: lambda text: f"<code>{escape(text)}</code>",
+    Style.STRONG: lambda text: f"<b>{escape(text)}</b>",
+}
+
+
+def _phrase(phrase: Phrase) -> Markup:
+    return Markup(spell(phrase, _MARKS))
+
+
+_TEMPLATES.filters["phrase"] = _phrase
 
 
 def chunks(report: Report) -> Iterator[str]:

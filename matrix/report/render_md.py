@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from matrix.report.model import Report
-from matrix.report.view import DetailView, Phrase, ReleaseView, Style, build_view
+from matrix.report.view import DetailView, ReleaseView, Style, build_view, spell
 
 STEP_SUMMARY_LIMIT = 1 << 20
 _SPECIAL = {c: f"&#{ord(c)};" for c in "|`*_[]\\~#!<>"}
@@ -22,13 +22,7 @@ def md(text: object) -> str:
     return "".join(_SPECIAL.get(ch, ch) for ch in flat)
 
 
-_MARKUP = {Style.WORDS: "{}", Style.TEXT: "{}", Style.CODE: "`{}`", Style.STRONG: "**{}**"}
-
-
-def _phrase(phrase: Phrase) -> str:
-    return "".join(
-        _MARKUP[part.style].format(part.text if part.style is Style.WORDS else md(part.text)) for part in phrase
-    )
+_MARKS = {Style.TEXT: md, Style.CODE: lambda text: f"`{md(text)}`", Style.STRONG: lambda text: f"**{md(text)}**"}
 
 
 def _row(cells: list[str]) -> str:
@@ -77,10 +71,11 @@ def render(report: Report, limit: int = STEP_SUMMARY_LIMIT) -> str:
         body += [f"- `{cell}`: {md(sentence)}" for cell, sentence in release.benches] + (
             [""] if release.benches else []
         )
-    for section in view.sections:
+    for section in view.sections():
         body += [f"{'#' * section.level} {section.title}", ""]
         body += [
-            f"- {_phrase(item.phrase)}" + "".join(f"<br>↳ {md(note)}" for note in item.notes) for item in section.items
+            f"- {spell(item.phrase, _MARKS)}" + "".join(f"<br>↳ {md(note)}" for note in item.notes)
+            for item in section.items
         ]
         body.append("")
     notes = [f"[^{n}]: {issue}" for issue, n in sorted(footnotes.items(), key=lambda kv: kv[1])]

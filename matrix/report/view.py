@@ -10,11 +10,11 @@ so Markdown and HTML escape and mark them up each their own way.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from matrix.cells import CELLS, Host, Mode, Stack
-from matrix.report.model import COLUMNS, ROWS, Evidence, EvidenceKind, Report, detail_rows
+from matrix.report.model import COLUMNS, ROWS, Contradiction, Diff, Evidence, EvidenceKind, Report, detail_rows
 from matrix.report.status import CellReport, Status
 
 TITLE = "vLLM WSL2 pinned-memory compatibility"
@@ -123,19 +123,24 @@ def evidence_sentence(evidence: Evidence) -> str:
 
 
 class Style(enum.StrEnum):
-    WORDS = "words"  # the kit's own words, fit for any format as they are
-    TEXT = "text"  # a value from the inputs: escaped, flattened to one line in Markdown
+    TEXT = "text"  # a value from the inputs: escaped, and flattened to one line in Markdown
     CODE = "code"
     STRONG = "strong"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Part:
     text: str
-    style: Style = Style.WORDS
+    style: Style
 
 
-Phrase = tuple[Part, ...]
+# The kit's own words are plain strings, fit for any format as they are; values are Parts.
+Phrase = tuple[str | Part, ...]
+
+
+def spell(phrase: Phrase, marks: Mapping[Style, Callable[[str], str]]) -> str:
+    """A phrase in one format: the kit's words as they are, each value through its style's markup."""
+    return "".join(part if isinstance(part, str) else marks[part.style](part.text) for part in phrase)
 
 
 def _text(value: object) -> Part:
@@ -150,7 +155,7 @@ def _strong(value: object) -> Part:
     return Part(str(value), Style.STRONG)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Item:
     phrase: Phrase
     notes: tuple[str, ...] = ()  # lines under the item, from the inputs
@@ -162,7 +167,7 @@ class Section:
     key: str  # changes | contradictions | legend | diff | inputs
     title: str
     level: int  # heading level
-    items: tuple[Item, ...]
+    items: Iterable[Item]  # produced while rendered: a report may contradict its rules 100k times
 
 
 # --- the view ----------------------------------------------------------------------------------
@@ -252,20 +257,43 @@ class DetailView:
 
 @dataclass(frozen=True)
 class ReportView:
-    """The report in words. Releases and their detail are built one at a time, when rendered,
-    so a large report is never held whole in two shapes at once."""
+    """The report in words. Releases, their detail and the sections after them are built when
+    rendered, one at a time, so a large report is never held whole in two shapes at once."""
 
     title: str
     header: Header
     release_names: tuple[str, ...]
-    sections: tuple[Section, ...]  # after the releases, in this order
     report: Report = field(repr=False, compare=False)
     timelines: dict[str, tuple[TimelineStep, ...]] = field(repr=False, compare=False)
     summaries: dict[tuple[str, str], str] = field(repr=False, compare=False)
 
     @property
     def legend(self) -> Section:
-        return next(s for s in self.sections if s.key == "legend")
+        looks = LOOKS.values()
+        return Section(
+            "legend", "Legend", 3, [Item((f"{x.glyph} ", _strong(x.word), ": ", x.meaning), look=x) for x in looks]
+        )
+
+    def sections(self) -> Iterator[Section]:
+        """What follows the releases, in this order."""
+        report = self.report
+        if report.changes:
+            items = (
+                Item((_code(c.cell), " since ", _strong(c.vllm), ": ", _text(c.before), " → ", _text(c.after)), c.rules)
+                for c in report.changes
+            )
+            yield Section("changes", "Changes across releases", 2, items)
+        if contradictions := report.contradictions:
+            yield Section("contradictions", "Rules the results contradict", 2, map(_contradiction, contradictions))
+        yield self.legend
+        if report.diff is not None:
+            yield Section("diff", "Changes since the previous report", 2, _diff(report.diff))
+        inputs = report.inputs
+        problems = [("unreadable", p) for p in inputs.unreadable] + [("unattributed", p) for p in inputs.unattributed]
+        problems += [("warning", p) for p in inputs.warnings]
+        if problems:
+            items = (Item((f"{kind}: ", _code(p.path), ": ", _text(p.reason))) for kind, p in problems)
+            yield Section("inputs", "Inputs not counted in the grid", 2, items)
 
     def releases(self) -> Iterator[ReleaseView]:
         for vllm in self.release_names:
@@ -345,70 +373,27 @@ def _title(cell: CellReport) -> str:
     return "\n".join(bits)
 
 
-def _sections(report: Report) -> tuple[Section, ...]:
-    sections = []
-    if report.changes:
-        items = tuple(
-            Item(
-                (
-                    _code(c.cell),
-                    Part(" since "),
-                    _strong(c.vllm),
-                    Part(": "),
-                    _text(c.before),
-                    Part(" → "),
-                    _text(c.after),
-                ),
-                c.rules,
-            )
-            for c in report.changes
+def _contradiction(c: Contradiction) -> Item:
+    return Item(
+        (
+            *("rule ", _code(c.rule), " expects ", _text(c.key), "=", _text(c.expected), " for ", _code(c.cell)),
+            *(" (pin_env ", _text(c.pin_env), ") with vLLM ", _text(c.vllm), "; vLLM decided ", _text(c.observed)),
+            *(" (", _text(c.status), ")"),
         )
-        sections.append(Section("changes", "Changes across releases", 2, items))
-    contradictions = report.contradictions
-    if contradictions:
-        items = tuple(
-            Item(
-                (
-                    *(Part("rule "), _code(c.rule), Part(" expects "), _text(c.key), Part("="), _text(c.expected)),
-                    *(Part(" for "), _code(c.cell), Part(" (pin_env "), _text(c.pin_env), Part(") with vLLM ")),
-                    *(
-                        _text(c.vllm),
-                        Part("; vLLM decided "),
-                        _text(c.observed),
-                        Part(" ("),
-                        _text(c.status),
-                        Part(")"),
-                    ),
-                )
-            )
-            for c in contradictions
-        )
-        sections.append(Section("contradictions", "Rules the results contradict", 2, items))
-    legend = tuple(
-        Item((Part(f"{look.glyph} "), _strong(look.word), Part(": "), Part(look.meaning)), look=look)
-        for look in LOOKS.values()
     )
-    sections.append(Section("legend", "Legend", 3, legend))
-    if report.diff is not None:
-        lines = []
-        for title, changes in (
-            ("New regressions", report.diff.new_regressions),
-            ("Newly fixed", report.diff.newly_fixed),
-            ("Went missing", report.diff.went_missing),
-        ):
-            listed: list[Part] = []
-            for i, c in enumerate(changes):
-                listed += [Part(", ")] if i else []
-                listed += [_code(c.cell), Part(" (vLLM "), _text(c.vllm), Part(", was "), _text(c.was), Part(")")]
-            lines.append(Item((_strong(title), Part(": "), *(listed or [Part("none")]))))
-        sections.append(Section("diff", "Changes since the previous report", 2, tuple(lines)))
-    inputs = report.inputs
-    problems = [("unreadable", p) for p in inputs.unreadable] + [("unattributed", p) for p in inputs.unattributed]
-    problems += [("warning", p) for p in inputs.warnings]
-    if problems:
-        items = tuple(Item((Part(f"{kind}: "), _code(p.path), Part(": "), _text(p.reason))) for kind, p in problems)
-        sections.append(Section("inputs", "Inputs not counted in the grid", 2, items))
-    return tuple(sections)
+
+
+def _diff(diff: Diff) -> Iterator[Item]:
+    for title, changes in (
+        ("New regressions", diff.new_regressions),
+        ("Newly fixed", diff.newly_fixed),
+        ("Went missing", diff.went_missing),
+    ):
+        listed: list[str | Part] = []
+        for i, c in enumerate(changes):
+            listed += [", "] if i else []
+            listed += [_code(c.cell), " (vLLM ", _text(c.vllm), ", was ", _text(c.was), ")"]
+        yield Item((_strong(title), ": ", *(listed or ["none"])))
 
 
 def build_view(report: Report) -> ReportView:
@@ -429,7 +414,6 @@ def build_view(report: Report) -> ReportView:
             len(inputs.unreadable),
         ),
         release_names=tuple(report.versions),
-        sections=_sections(report),
         report=report,
         timelines={cell: tuple(found) for cell, found in steps.items()},
         summaries=summaries,
