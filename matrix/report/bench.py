@@ -29,11 +29,6 @@ class BenchSummary:
     concurrency: int | None
     verdict: str  # the headline comparison in words, or why there is none
 
-    @property
-    def line(self) -> str:
-        source = "test server" if self.server == "fake" else f"vLLM {self.vllm_version}"
-        return f"bench {self.started_at[:10]} ({source}, concurrency {self.concurrency}): {self.verdict}"
-
 
 def read_summary(path: Path) -> BenchSummary:
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import fnmatch
 import gc
 import json
@@ -18,16 +19,9 @@ from matrix.report.status import CellReport, Status, build_cells, nox_records, s
 
 REPORT_SCHEMA = "wslpin-kit.compat/1"
 
-# The grid: rows stack x host, columns runner x mode.
+# The grid's order: rows stack x host, columns runner x mode.
 ROWS = [(stack, host) for stack in Stack for host in Host]
 COLUMNS = [(runner, mode) for runner in Runner for mode in Mode]
-HOST_NAMES = {
-    Host.LINUX: "native Linux",
-    Host.WSL2OLD: "WSL2 kernel < 4.19.121",
-    Host.WSL2NEW: "WSL2 kernel ≥ 4.19.121",
-}
-STACK_NAMES = {Stack.CUDA: "CUDA", Stack.ROCM: "ROCm"}
-COLUMN_NAMES = {(r, m): f"{r.value.upper()} · {'CUDA graph' if m is Mode.GRAPH else 'eager'}" for r, m in COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -82,6 +76,29 @@ class Contradiction:
     status: str
 
 
+class EvidenceKind(enum.StrEnum):
+    GATE_ONLY = "gate-only"  # vLLM's own decision code, no GPU
+    EMULATED = "emulated"
+    NATIVE = "native"
+    SUPERSEDED = "superseded"  # a weaker result for the same cell, not used for its status
+    PROBE = "probe"
+    BENCH = "bench"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One thing a cell's result rests on; the renderers put it in words."""
+
+    kind: EvidenceKind
+    date: str  # YYYY-MM-DD, or "" when the kind has none
+    source: str  # the GPU (emulated, native, probe), or the vLLM release (gate-only, bench)
+    runner: str | None = None  # native
+    execution: str | None = None  # superseded
+    counts: tuple[tuple[str, int], ...] | None = None  # superseded: (status, cases), by status
+    passed: bool | None = None  # probe: did the mechanism work
+    bench: BenchSummary | None = None  # bench
+
+
 @dataclass
 class Report:
     generated_at: dt.datetime
@@ -102,28 +119,27 @@ class Report:
         release = next(iter(self.versions)) if found.server == "fake" else found.vllm_version
         return found if cell.vllm == release else None
 
-    def evidence(self, cell: CellReport) -> list[str]:
-        """What a cell's result rests on, in words."""
+    def evidence(self, cell: CellReport) -> list[Evidence]:
+        """What a cell's result rests on: its own run, weaker results, probes and benchmarks of its host."""
         env = cell.envelope
         date = env.get("started_at", "")[:10]
         found = []
         execution = env.get("execution")
         if execution == "gate-only":
-            found.append(f"gate-only: vLLM {cell.vllm}'s own code decides ({date})")
+            found.append(Evidence(EvidenceKind.GATE_ONLY, date, cell.vllm))
         elif execution == "emulated":
-            found.append(f"emulated on {env.get('gpu', '?')} ({date})")
+            found.append(Evidence(EvidenceKind.EMULATED, date, env.get("gpu", "?")))
         elif execution == "native":
-            found.append(f"native run on {env.get('gpu', '?')}, runner {env.get('runner_name', '?')} ({date})")
+            found.append(Evidence(EvidenceKind.NATIVE, date, env.get("gpu", "?"), runner=env.get("runner_name", "?")))
         for execution, cases in cell.superseded.items():
-            shown = ", ".join(f"{n} {status}" for status, n in sorted(status_counts(cases).items()))
-            found.append(f"also a {execution} result, not used for the status ({shown})")
+            counts = tuple(sorted(status_counts(cases).items()))
+            found.append(Evidence(EvidenceKind.SUPERSEDED, "", "", execution=execution, counts=counts))
         for probe in self.probes:
             if (probe.stack, probe.host) == (cell.cell.stack.value, cell.cell.host.value):
-                outcome = "mechanism works" if probe.passed else "mechanism fails"
-                found.append(f"probe on {probe.gpu} ({probe.collected_at[:10]}): {outcome}")
+                found.append(Evidence(EvidenceKind.PROBE, probe.collected_at[:10], probe.gpu, passed=probe.passed))
         bench = self.bench(cell)
         if bench is not None:
-            found.append(bench.line)
+            found.append(Evidence(EvidenceKind.BENCH, bench.started_at[:10], bench.vllm_version, bench=bench))
         return found
 
     def timeline(self, cell_id: str) -> list[CellReport]:

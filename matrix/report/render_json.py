@@ -6,13 +6,15 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from matrix.report.model import REPORT_SCHEMA, Report
+from matrix.report.model import REPORT_SCHEMA, Evidence, Report
 from matrix.report.status import CellReport
+from matrix.report.view import evidence_sentence
 
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 
 
 def _cell(report: Report, c: CellReport) -> dict:
+    evidence = report.evidence(c)
     return {
         "id": c.cell.id,
         "stack": c.cell.stack.value,
@@ -25,7 +27,8 @@ def _cell(report: Report, c: CellReport) -> dict:
         "summary": c.summary,
         "issues": c.issues,
         "command": c.command,
-        "evidence": report.evidence(c),
+        "evidence": [evidence_sentence(e) for e in evidence],
+        "evidence_records": [_evidence(e) for e in evidence],
         "bench": asdict(bench) if (bench := report.bench(c)) else None,
         "age_days": c.age_days,
         "counts": c.counts,
@@ -33,6 +36,10 @@ def _cell(report: Report, c: CellReport) -> dict:
         "superseded": [{"execution": e, "cases": [_case(case) for case in cases]} for e, cases in c.superseded.items()],
         "cases": [_case(case) for case in c.cases],
     }
+
+
+def _evidence(evidence: Evidence) -> dict:
+    return asdict(evidence) | {"counts": dict(evidence.counts) if evidence.counts is not None else None}
 
 
 def _case(case) -> dict:

@@ -1,4 +1,4 @@
-"""COMPATIBILITY.md: the grid, a legend, the diff, the inputs not counted, then test x cell detail.
+"""COMPATIBILITY.md: the view model (view.py) as Markdown: grids, sections, footnotes, then test x cell detail.
 
 It must fit a GitHub step summary (1 MiB): past that the detail is cut, never
 the grid, and the file says so. Every string from the inputs is escaped.
@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import re
 
-from matrix.cells import CELLS
-from matrix.report.model import COLUMN_NAMES, COLUMNS, HOST_NAMES, ROWS, STACK_NAMES, Report, detail_rows
-from matrix.report.status import Status
+from matrix.report.model import Report
+from matrix.report.view import DetailView, ReleaseView, Style, build_view, spell
 
 STEP_SUMMARY_LIMIT = 1 << 20
 _SPECIAL = {c: f"&#{ord(c)};" for c in "|`*_[]\\~#!<>"}
@@ -23,95 +22,68 @@ def md(text: object) -> str:
     return "".join(_SPECIAL.get(ch, ch) for ch in flat)
 
 
-def _grid(report: Report, vllm: str, footnotes: dict[str, int]) -> list[str]:
-    lines = ["| | " + " | ".join(COLUMN_NAMES[c] for c in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
-    for stack, host in ROWS:
-        row = [f"**{STACK_NAMES[stack]}** · {HOST_NAMES[host]}"]
-        for runner, mode in COLUMNS:
-            cell = report.cell(vllm, stack, host, runner, mode)
-            text = f"{cell.status.symbol} {cell.status.value}"
+_MARKS = {Style.TEXT: md, Style.CODE: lambda text: f"`{md(text)}`", Style.STRONG: lambda text: f"**{md(text)}**"}
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _grid(release: ReleaseView, footnotes: dict[str, int]) -> list[str]:
+    lines = ["| | " + " | ".join(release.columns) + " |", "|---" * (len(release.columns) + 1) + "|"]
+    for row in release.rows:
+        shown = [f"**{row.stack}** · {row.host}"]
+        for cell in row.cells:
+            text = f"{cell.look.glyph} {cell.look.word}"
             detail = cell.summary or cell.reason
             if detail:
                 text += f"<br>{md(detail)}"
             for issue in cell.issues:
-                number = footnotes.setdefault(issue, len(footnotes) + 1)
-                text += f"[^{number}]"
-            row.append(text)
-        lines.append("| " + " | ".join(row) + " |")
+                text += f"[^{footnotes.setdefault(issue, len(footnotes) + 1)}]"
+            shown.append(text)
+        lines.append(_row(shown))
     return lines
 
 
-def _detail(report: Report, vllm: str) -> list[str]:
-    lines = ["| test | " + " | ".join(f"`{c.id}`" for c in CELLS) + " |", "|---" * (len(CELLS) + 1) + "|"]
-    for name, row in detail_rows(report, vllm):
-        lines.append("| " + " | ".join([md(name)] + [row[c.id].symbol if c.id in row else "" for c in CELLS]) + " |")
+def _detail(detail: DetailView) -> list[str]:
+    lines = [_row(["test", *(f"`{c}`" for c in detail.cell_ids)]), "|---" * (len(detail.cell_ids) + 1) + "|"]
+    lines += [_row([md(row.name), *(look.glyph if look else "" for look in row.looks)]) for row in detail.rows]
     return lines
 
 
 def render(report: Report, limit: int = STEP_SUMMARY_LIMIT) -> str:
-    inputs = report.inputs
+    view = build_view(report)
+    h = view.header
     head = [
-        "# vLLM WSL2 pinned-memory compatibility",
+        f"# {view.title}",
         "",
-        f"Generated {report.generated_at:%Y-%m-%d %H:%M} UTC by kit `{md(report.kit_commit)}` from "
-        f"{len(inputs.files)} file(s), {inputs.testcases_read} test case(s). "
-        f"Unattributed: {len(inputs.unattributed)}, unreadable: {len(inputs.unreadable)}. "
+        f"Generated {h.generated} UTC by kit `{md(h.kit_commit)}` from {h.files} file(s), {h.testcases} test case(s). "
+        f"Unattributed: {h.unattributed}, unreadable: {h.unreadable}. "
         "Rows: GPU stack × host; columns: model runner × graph mode; *a→b*: "
         "`VLLM_WSL2_ENABLE_PIN_MEMORY` unset gives *a*, `=1` gives *b*.",
         "",
     ]
     footnotes: dict[str, int] = {}
     body: list[str] = []
-    for vllm in report.versions:
-        body += [f"## vLLM {md(vllm)}", ""] + _grid(report, vllm, footnotes) + [""]
-        evidence: dict[str, int] = {}
-        for cell in report.versions[vllm]:
-            for line in report.evidence(cell) or ["no result"]:
-                evidence[line] = evidence.get(line, 0) + 1
-        body += [f"Evidence: {md(line)} ({n} cells)" for line, n in evidence.items()] + [""]
-        benches = [(cell.cell.id, bench) for cell in report.versions[vllm] if (bench := report.bench(cell))]
-        body += [f"- `{cell}`: {md(bench.line)}" for cell, bench in benches] + ([""] if benches else [])
-    if report.changes:
-        body += ["## Changes across releases", ""]
-        for c in report.changes:
-            why = "".join(f"<br>↳ {md(rule)}" for rule in c.rules)
-            body.append(f"- `{md(c.cell)}` since **{md(c.vllm)}**: {md(c.before)} → {md(c.after)}{why}")
-        body.append("")
-    if report.contradictions:
-        body += ["## Rules the results contradict", ""]
+    for release in view.releases():
+        body += [f"## vLLM {md(release.vllm)}", ""] + _grid(release, footnotes) + [""]
+        body += [f"Evidence: {md(sentence)} ({n} cells)" for sentence, n in release.evidence] + [""]
+        body += [f"- `{cell}`: {md(sentence)}" for cell, sentence in release.benches] + (
+            [""] if release.benches else []
+        )
+    for section in view.sections():
+        body += [f"{'#' * section.level} {section.title}", ""]
         body += [
-            f"- rule `{md(c.rule)}` expects {md(c.key)}={md(c.expected)} for `{md(c.cell)}` (pin_env {md(c.pin_env)}) "
-            f"with vLLM {md(c.vllm)}; vLLM decided {md(c.observed)} ({md(c.status)})"
-            for c in report.contradictions
+            f"- {spell(item.phrase, _MARKS)}" + "".join(f"<br>↳ {md(note)}" for note in item.notes)
+            for item in section.items
         ]
-        body.append("")
-    body += ["### Legend", ""]
-    body += [f"- {s.symbol} **{s.value}**: {s.meaning}" for s in Status]
-    body.append("")
-    if report.diff is not None:
-        body += ["## Changes since the previous report", ""]
-        for title, changes in (
-            ("New regressions", report.diff.new_regressions),
-            ("Newly fixed", report.diff.newly_fixed),
-            ("Went missing", report.diff.went_missing),
-        ):
-            body.append(
-                f"- **{title}**: "
-                + (", ".join(f"`{md(c.cell)}` (vLLM {md(c.vllm)}, was {md(c.was)})" for c in changes) or "none")
-            )
-        body.append("")
-    problems = [("unreadable", p) for p in inputs.unreadable] + [("unattributed", p) for p in inputs.unattributed]
-    problems += [("warning", p) for p in inputs.warnings]
-    if problems:
-        body += ["## Inputs not counted in the grid", ""]
-        body += [f"- {kind}: `{md(p.path)}`: {md(p.reason)}" for kind, p in problems]
         body.append("")
     notes = [f"[^{n}]: {issue}" for issue, n in sorted(footnotes.items(), key=lambda kv: kv[1])]
     notes += [""] if notes else []
     text = "\n".join(head + body + notes)
     detail: list[str] = []
-    for vllm in report.versions:
-        detail += ["", f"## Detail: test × cell, vLLM {md(vllm)}", ""] + _detail(report, vllm)
+    for vllm in view.release_names:
+        detail += ["", f"## Detail: test × cell, vLLM {md(vllm)}", ""] + _detail(view.detail(vllm))
     full = text + "\n".join(detail) + "\n"
     if len(full.encode()) <= limit:
         return full

@@ -34,45 +34,11 @@ class Status(enum.Enum):
         return self.value
 
     @property
-    def symbol(self) -> str:
-        return STATUS_SYMBOLS[self]
-
-    @property
-    def meaning(self) -> str:
-        return STATUS_MEANINGS[self]
-
-    @property
     def is_bad(self) -> bool:
         """Statuses that make the report exit 1."""
         return self in (Status.REGRESSION, Status.CRASHED, Status.MISROUTED)
 
 
-# Distinct shapes, so no status depends on colour alone; plain Unicode symbols
-# that common fonts carry (emoji fonts are missing on many Linux desktops and CI).
-STATUS_SYMBOLS = {
-    Status.PASS: "✔",
-    Status.KNOWN_FAIL: "⚠",
-    Status.REGRESSION: "✘",
-    Status.FIXED: "★",
-    Status.FLAKY: "↻",
-    Status.CRASHED: "☠",
-    Status.MISROUTED: "⊘",
-    Status.SKIPPED: "○",
-    Status.MISSING: "?",
-    Status.STALE: "◔",
-}
-STATUS_MEANINGS = {
-    Status.PASS: "everything as the rules expect",
-    Status.KNOWN_FAIL: "fails as expected; the linked issue explains it",
-    Status.REGRESSION: "expected to pass, failed",
-    Status.FIXED: "expected to fail, passed: update the rule, close the issue",
-    Status.FLAKY: "the same test passed and failed in one cell",
-    Status.CRASHED: "no results: the session failed before writing them",
-    Status.MISROUTED: "the runner is not the host its labels claim",
-    Status.SKIPPED: "nothing could run here (the reason is given)",
-    Status.MISSING: "no runner reported this cell",
-    Status.STALE: "the newest result is older than the freshness limit",
-}
 # When a cell's cases disagree, the cell shows the most urgent.
 CELL_PRIORITY = (Status.REGRESSION, Status.FLAKY, Status.FIXED, Status.KNOWN_FAIL, Status.PASS, Status.SKIPPED)
 

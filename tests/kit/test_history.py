@@ -7,14 +7,18 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import jsonschema
 import pytest
 from conftest import ROOT, run_module
 from test_report import NOW, envelope, gate_case
 
 from matrix.errors import MatrixError
 from matrix.releases import HISTORY_VERSIONS
-from matrix.report import render_html, render_md
-from matrix.report.model import build_report
+from matrix.report import render_html, render_json, render_md
+from matrix.report.bench import BenchSummary
+from matrix.report.model import Evidence, EvidenceKind, build_report
+from matrix.report.render_json import SCHEMA_FILE
+from matrix.report.view import build_view, evidence_sentence
 
 PUBLISHED = ROOT / "docs" / "matrix" / "compat.json"
 
@@ -63,12 +67,86 @@ def test_evidence_and_probes(tmp_path):
         "0.33.0", *__import__("matrix.cells").cells.Cell.parse("rocm-wsl2new-v1-graph").__dict__.values()
     )
     assert report.evidence(cell) == [
+        Evidence(EvidenceKind.GATE_ONLY, "2026-11-29", "0.33.0"),
+        Evidence(EvidenceKind.PROBE, "2026-11-20", "Radeon RX 7900 XTX", passed=False),
+    ]
+    assert [evidence_sentence(e) for e in report.evidence(cell)] == [
         "gate-only: vLLM 0.33.0's own code decides (2026-11-29)",
         "probe on Radeon RX 7900 XTX (2026-11-20): mechanism fails",
     ]
     (probes / "broken.json").write_text("{}")
     with pytest.raises(MatrixError, match="not a probe record"):
         build_report([str(tmp_path / "0.33.0.xml")], kit_commit="t", now=NOW, probes=str(probes))
+
+
+def test_each_kind_of_evidence_reads_as_the_published_sentence():
+    bench = BenchSummary(
+        "b.json", "cuda-linux-v1-graph", "2026-11-25T00:00:00", "fake", "0.33.0", "ok", 4, "no difference"
+    )
+    assert [
+        evidence_sentence(e)
+        for e in (
+            Evidence(EvidenceKind.EMULATED, "2026-11-28", "NVIDIA H200"),
+            Evidence(EvidenceKind.NATIVE, "2026-11-29", "RTX 4090 (24 GB)", runner="wsl-1"),
+            Evidence(EvidenceKind.SUPERSEDED, "", "", execution="gate-only", counts=(("pass", 3), ("skipped", 1))),
+            Evidence(EvidenceKind.PROBE, "2026-11-20", "RTX 4090", passed=True),
+            Evidence(EvidenceKind.BENCH, "2026-11-25", "0.33.0", bench=bench),
+        )
+    ] == [
+        "emulated on NVIDIA H200 (2026-11-28)",
+        "native run on RTX 4090 (24 GB), runner wsl-1 (2026-11-29)",
+        "also a gate-only result, not used for the status (3 pass, 1 skipped)",
+        "probe on RTX 4090 (2026-11-20): mechanism works",
+        "bench 2026-11-25 (test server, concurrency 4): no difference",
+    ]
+
+
+def test_compat_json_carries_the_evidence_as_records_and_words(tmp_path):
+    native = tmp_path / "native.xml"
+    native.write_text(
+        f'<testsuite name="x">{envelope("rocm-wsl2new-v1-graph", execution="native", gpu="RX 7900", runner_name="w1")}'
+        f"{gate_case('p', 'pin', '1', 'True')}</testsuite>"
+    )
+    report = build_report([str(rocm_new_kernel(tmp_path, "0.33.0", "True")), str(native)], kit_commit="t", now=NOW)
+    document = render_json.to_document(report)
+    jsonschema.validate(document, json.loads(SCHEMA_FILE.read_text()))
+    (found,) = [c for c in document["versions"][0]["cells"] if c["id"] == "rocm-wsl2new-v1-graph"]
+    assert [(r["kind"], r["source"], r["runner"], r["execution"], r["counts"]) for r in found["evidence_records"]] == [
+        ("native", "RX 7900", "w1", None, None),
+        ("superseded", "", None, "gate-only", {"pass": 1}),
+    ]
+    assert found["evidence"] == [
+        "native run on RX 7900, runner w1 (2026-11-29)",
+        "also a gate-only result, not used for the status (1 pass)",
+    ]
+
+
+def test_markdown_and_the_page_show_the_same_sections_in_the_same_order(tmp_path):
+    report = build_report(
+        [str(rocm_new_kernel(tmp_path, "0.27.0", "False")), str(rocm_new_kernel(tmp_path, "0.28.0", "True"))],
+        kit_commit="t",
+        now=NOW,
+        previous={"versions": []},
+    )
+    titles = [s.title for s in build_view(report).sections() if s.key != "legend"]
+    assert titles == ["Changes across releases", "Changes since the previous report"]
+    markdown, page = render_md.render(report), render_html.render(report)
+    assert [markdown.index(f"## {t}\n") for t in titles] == sorted(markdown.index(f"## {t}\n") for t in titles)
+    assert [page.index(f"<h2>{t}</h2>") for t in titles] == sorted(page.index(f"<h2>{t}</h2>") for t in titles)
+
+
+def test_the_grid_names_the_evidence_without_cutting_a_gpu_name(tmp_path):
+    path = tmp_path / "native.xml"
+    path.write_text(
+        f'<testsuite name="x">{envelope("cuda-wsl2new-v2-graph", execution="native", gpu="RTX 4090 (24 GB)")}'
+        f"{gate_case('p', 'pin', 'unset', 'False')}</testsuite>"
+    )
+    report = build_report([str(path)], kit_commit="t", now=NOW)
+    (cell,) = [
+        c for row in next(build_view(report).releases()).rows for c in row.cells if c.id == "cuda-wsl2new-v2-graph"
+    ]
+    assert cell.evidence_line == "native run on RTX 4090 (24 GB), runner ?"
+    assert '<div class="ev">native run on RTX 4090 (24 GB), runner ?</div>' in render_html.render(report)
 
 
 def test_contradicted_rules_are_named(tmp_path):

@@ -1,0 +1,420 @@
+"""What the report shows, in words: one view model that COMPATIBILITY.md, index.html and the terminal render.
+
+Every word, glyph and colour of the outputs is here or in a template: the
+model (model.py, status.py) holds facts, this module puts them into sentences
+once, and each renderer only adds its format's markup. Sentences with inline
+markup are phrases (parts styled as code, strong, or a value from the inputs),
+so Markdown and HTML escape and mark them up each their own way.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from matrix.cells import CELLS, Host, Mode, Stack
+from matrix.report.model import COLUMNS, ROWS, Contradiction, Diff, Evidence, EvidenceKind, Report, detail_rows
+from matrix.report.status import CellReport, Status
+
+TITLE = "vLLM WSL2 pinned-memory compatibility"
+HOST_NAMES = {
+    Host.LINUX: "native Linux",
+    Host.WSL2OLD: "WSL2 kernel < 4.19.121",
+    Host.WSL2NEW: "WSL2 kernel ≥ 4.19.121",
+}
+STACK_NAMES = {Stack.CUDA: "CUDA", Stack.ROCM: "ROCm"}
+COLUMN_NAMES = {(r, m): f"{r.value.upper()} · {'CUDA graph' if m is Mode.GRAPH else 'eager'}" for r, m in COLUMNS}
+PROVENANCE = (
+    ("vLLM", "vllm_version"),
+    ("vLLM commit", "vllm_commit"),
+    ("torch", "torch_version"),
+    ("torch build", "torch_build"),
+    ("vLLM asks for", "vllm_requires_torch"),
+    ("torch mismatch", "torch_mismatch"),
+    ("kernel", "kernel_release"),
+    ("WSL", "wsl"),
+    ("GPU", "gpu"),
+    ("driver", "gpu_driver"),
+    ("execution", "execution"),
+    ("why", "execution_reason"),
+    ("runner", "runner_name"),
+    ("image", "image"),
+    ("image digest", "image_digest"),
+    ("started", "started_at"),
+    ("environment hash", "env_hash"),
+    ("kit", "kit_commit"),
+)
+FAILING = (Status.REGRESSION, Status.FLAKY, Status.FIXED, Status.KNOWN_FAIL)
+# Per cell, the page lists this many failing tests with their messages; compat.json has them all.
+LISTED_FAILURES = 40
+MESSAGE_CHARS = 1500
+NO_EVIDENCE = "no result"
+
+
+@dataclass(frozen=True)
+class StatusLook:
+    """How a status shows: distinct glyphs, so no status depends on colour alone."""
+
+    status: Status
+    glyph: str
+    meaning: str
+    colour: str  # Okabe-Ito, safe for colour-blind readers
+    ansi: str  # the terminal's SGR code
+
+    @property
+    def word(self) -> str:
+        return self.status.value
+
+
+# Plain Unicode glyphs that common fonts carry (emoji fonts are missing on many Linux desktops and CI).
+LOOKS = {
+    look.status: look
+    for look in (
+        StatusLook(Status.PASS, "✔", "everything as the rules expect", "#009E73", "32"),
+        StatusLook(Status.KNOWN_FAIL, "⚠", "fails as expected; the linked issue explains it", "#E69F00", "33"),
+        StatusLook(Status.REGRESSION, "✘", "expected to pass, failed", "#D55E00", "1;31"),
+        StatusLook(Status.FIXED, "★", "expected to fail, passed: update the rule, close the issue", "#56B4E9", "36"),
+        StatusLook(Status.FLAKY, "↻", "the same test passed and failed in one cell", "#CC79A7", "35"),
+        StatusLook(Status.CRASHED, "☠", "no results: the session failed before writing them", "#000000", "1;37;41"),
+        StatusLook(Status.MISROUTED, "⊘", "the runner is not the host its labels claim", "#F0E442", "1;33"),
+        StatusLook(Status.SKIPPED, "○", "nothing could run here (the reason is given)", "#999999", "2"),
+        StatusLook(Status.MISSING, "?", "no runner reported this cell", "#DDDDDD", "2"),
+        StatusLook(Status.STALE, "◔", "the newest result is older than the freshness limit", "#0072B2", "34"),
+    )
+}
+
+
+# --- evidence in words ----------------------------------------------------------------------
+
+
+def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
+    """(what, in brackets, after): the sentence is ``what (in brackets)after``; the grid shows ``what``."""
+    match evidence.kind:
+        case EvidenceKind.GATE_ONLY:
+            return f"gate-only: vLLM {evidence.source}'s own code decides", evidence.date, ""
+        case EvidenceKind.EMULATED:
+            return f"emulated on {evidence.source}", evidence.date, ""
+        case EvidenceKind.NATIVE:
+            return f"native run on {evidence.source}, runner {evidence.runner}", evidence.date, ""
+        case EvidenceKind.SUPERSEDED:
+            counts = ", ".join(f"{n} {status}" for status, n in evidence.counts or ())
+            return f"also a {evidence.execution} result, not used for the status", counts, ""
+        case EvidenceKind.PROBE:
+            return (
+                f"probe on {evidence.source}",
+                evidence.date,
+                f": mechanism {'works' if evidence.passed else 'fails'}",
+            )
+        case EvidenceKind.BENCH:
+            bench = evidence.bench
+            assert bench is not None, "bench evidence carries its benchmark"
+            source = "test server" if bench.server == "fake" else f"vLLM {bench.vllm_version}"
+            return f"bench {evidence.date}", f"{source}, concurrency {bench.concurrency}", f": {bench.verdict}"
+
+
+def evidence_sentence(evidence: Evidence) -> str:
+    """The evidence as one sentence (compat.json's ``evidence`` strings)."""
+    what, brackets, after = _evidence_words(evidence)
+    return f"{what} ({brackets}){after}"
+
+
+# --- phrases: sentences with inline markup --------------------------------------------------
+
+
+class Style(enum.StrEnum):
+    TEXT = "text"  # a value from the inputs: escaped, and flattened to one line in Markdown
+    CODE = "code"
+    STRONG = "strong"
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    text: str
+    style: Style
+
+
+# The kit's own words are plain strings, fit for any format as they are; values are Parts.
+Phrase = tuple[str | Part, ...]
+
+
+def spell(phrase: Phrase, marks: Mapping[Style, Callable[[str], str]]) -> str:
+    """A phrase in one format: the kit's words as they are, each value through its style's markup."""
+    return "".join(part if isinstance(part, str) else marks[part.style](part.text) for part in phrase)
+
+
+def _text(value: object) -> Part:
+    return Part(str(value), Style.TEXT)
+
+
+def _code(value: object) -> Part:
+    return Part(str(value), Style.CODE)
+
+
+def _strong(value: object) -> Part:
+    return Part(str(value), Style.STRONG)
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    phrase: Phrase
+    notes: tuple[str, ...] = ()  # lines under the item, from the inputs
+    look: StatusLook | None = None  # the legend's status
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str  # changes | contradictions | legend | diff | inputs
+    title: str
+    level: int  # heading level
+    items: Iterable[Item]  # produced while rendered: a report may contradict its rules 100k times
+
+
+# --- the view ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Header:
+    generated: str  # YYYY-MM-DD HH:MM, UTC
+    kit_commit: str
+    files: int
+    testcases: int
+    unattributed: int
+    unreadable: int
+
+
+@dataclass(frozen=True)
+class TimelineStep:
+    vllm: str
+    look: StatusLook
+    summary: str
+
+
+@dataclass(frozen=True)
+class FailingCase:
+    look: StatusLook
+    name: str
+    message: str  # cut to MESSAGE_CHARS
+
+
+@dataclass(frozen=True)
+class BenchLine:
+    sentence: str
+    short: str
+
+
+@dataclass(frozen=True)
+class CellView:
+    id: str
+    look: StatusLook
+    underlying: StatusLook | None  # what a stale cell showed
+    reason: str
+    summary: str
+    title: str  # the provenance on hover
+    provenance: tuple[tuple[str, str], ...] | None  # None: no result, so no envelope
+    evidence: tuple[str, ...]
+    evidence_line: str  # the first evidence, short
+    bench: BenchLine | None
+    command: str
+    timeline: tuple[TimelineStep, ...]  # the cell across releases, oldest first; empty with one release
+    issues: tuple[str, ...]
+    failing: tuple[FailingCase, ...]
+    more_failing: int  # failing cases not listed
+
+    @property
+    def line(self) -> str:
+        """Under the status on the page: the behaviour, or the reason where no envelope shows it."""
+        return self.summary or ("" if self.provenance is not None else self.reason)
+
+
+@dataclass(frozen=True)
+class GridRow:
+    stack: str
+    host: str
+    cells: tuple[CellView, ...]
+
+
+@dataclass(frozen=True)
+class ReleaseView:
+    vllm: str
+    columns: tuple[str, ...]
+    rows: tuple[GridRow, ...]
+    evidence: tuple[tuple[str, int], ...]  # each sentence and how many cells rest on it
+    benches: tuple[tuple[str, str], ...]  # cell id, benchmark sentence
+
+
+@dataclass(frozen=True)
+class DetailRow:
+    name: str
+    looks: tuple[StatusLook | None, ...]  # per cell of CELLS; None where the cell has no such test
+
+
+@dataclass(frozen=True)
+class DetailView:
+    cell_ids: tuple[str, ...]
+    rows: tuple[DetailRow, ...]
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """The report in words. Releases, their detail and the sections after them are built when
+    rendered, one at a time, so a large report is never held whole in two shapes at once."""
+
+    title: str
+    header: Header
+    release_names: tuple[str, ...]
+    report: Report = field(repr=False, compare=False)
+    timelines: dict[str, tuple[TimelineStep, ...]] = field(repr=False, compare=False)
+    summaries: dict[tuple[str, str], str] = field(repr=False, compare=False)
+
+    @property
+    def legend(self) -> Section:
+        looks = LOOKS.values()
+        return Section(
+            "legend", "Legend", 3, [Item((f"{x.glyph} ", _strong(x.word), ": ", x.meaning), look=x) for x in looks]
+        )
+
+    def sections(self) -> Iterator[Section]:
+        """What follows the releases, in this order."""
+        report = self.report
+        if report.changes:
+            items = (
+                Item((_code(c.cell), " since ", _strong(c.vllm), ": ", _text(c.before), " → ", _text(c.after)), c.rules)
+                for c in report.changes
+            )
+            yield Section("changes", "Changes across releases", 2, items)
+        if contradictions := report.contradictions:
+            yield Section("contradictions", "Rules the results contradict", 2, map(_contradiction, contradictions))
+        yield self.legend
+        if report.diff is not None:
+            yield Section("diff", "Changes since the previous report", 2, _diff(report.diff))
+        inputs = report.inputs
+        problems = [("unreadable", p) for p in inputs.unreadable] + [("unattributed", p) for p in inputs.unattributed]
+        problems += [("warning", p) for p in inputs.warnings]
+        if problems:
+            items = (Item((f"{kind}: ", _code(p.path), ": ", _text(p.reason))) for kind, p in problems)
+            yield Section("inputs", "Inputs not counted in the grid", 2, items)
+
+    def releases(self) -> Iterator[ReleaseView]:
+        for vllm in self.release_names:
+            yield self._release(vllm)
+
+    def detail(self, vllm: str) -> DetailView:
+        rows = tuple(
+            DetailRow(name, tuple(LOOKS[row[c.id]] if c.id in row else None for c in CELLS))
+            for name, row in detail_rows(self.report, vllm)
+        )
+        return DetailView(tuple(c.id for c in CELLS), rows)
+
+    def _release(self, vllm: str) -> ReleaseView:
+        tally: dict[str, int] = {}
+        benches = []
+        views = {}
+        for cell in self.report.versions[vllm]:
+            evidence = self.report.evidence(cell)
+            for sentence in [evidence_sentence(e) for e in evidence] or [NO_EVIDENCE]:
+                tally[sentence] = tally.get(sentence, 0) + 1
+            view = views[(cell.cell.stack, cell.cell.host, cell.cell.runner, cell.cell.mode)] = self._cell(
+                cell, evidence
+            )
+            if view.bench is not None:
+                benches.append((view.id, view.bench.sentence))
+        rows = tuple(
+            GridRow(STACK_NAMES[stack], HOST_NAMES[host], tuple(views[(stack, host, *column)] for column in COLUMNS))
+            for stack, host in ROWS
+        )
+        return ReleaseView(vllm, tuple(COLUMN_NAMES[c] for c in COLUMNS), rows, tuple(tally.items()), tuple(benches))
+
+    def _cell(self, cell: CellReport, evidence: list[Evidence]) -> CellView:
+        env = cell.envelope
+        provenance = None
+        if env:
+            provenance = tuple((label, env[key]) for label, key in PROVENANCE if env.get(key))
+            if cell.age_days is not None:
+                provenance += (("age", f"{cell.age_days:g} days"),)
+        failing = [case for case in cell.cases if case.status in FAILING]
+        bench_line = None
+        for found in evidence:
+            if found.kind is EvidenceKind.BENCH and found.bench is not None:
+                source = " (test server)" if found.bench.server == "fake" else ""
+                bench_line = BenchLine(evidence_sentence(found), f"bench{source}: {found.bench.verdict}")
+        timeline = self.timelines.get(cell.cell.id, ())
+        return CellView(
+            id=cell.cell.id,
+            look=LOOKS[cell.status],
+            underlying=LOOKS[cell.underlying] if cell.underlying else None,
+            reason=cell.reason,
+            summary=self.summaries[(cell.vllm, cell.cell.id)],
+            title=_title(cell),
+            provenance=provenance,
+            evidence=tuple(evidence_sentence(e) for e in evidence),
+            evidence_line=_evidence_words(evidence[0])[0] if evidence else "",
+            bench=bench_line,
+            command=cell.command,
+            timeline=timeline if len(timeline) > 1 else (),
+            issues=tuple(cell.issues),
+            failing=tuple(
+                FailingCase(LOOKS[case.status], case.name, case.message[:MESSAGE_CHARS])
+                for case in failing[:LISTED_FAILURES]
+            ),
+            more_failing=max(0, len(failing) - LISTED_FAILURES),
+        )
+
+
+def _title(cell: CellReport) -> str:
+    env = cell.envelope
+    bits = [f"{cell.cell.id}: {cell.status.value}"]
+    if env:
+        bits.append(f"vLLM {env.get('vllm_version', '?')} · {env.get('gpu', '?')} · {env.get('runner_name', '?')}")
+        if cell.age_days is not None:
+            bits.append(f"{cell.age_days:g} days old")
+    elif cell.reason:
+        bits.append(cell.reason)
+    return "\n".join(bits)
+
+
+def _contradiction(c: Contradiction) -> Item:
+    return Item(
+        (
+            *("rule ", _code(c.rule), " expects ", _text(c.key), "=", _text(c.expected), " for ", _code(c.cell)),
+            *(" (pin_env ", _text(c.pin_env), ") with vLLM ", _text(c.vllm), "; vLLM decided ", _text(c.observed)),
+            *(" (", _text(c.status), ")"),
+        )
+    )
+
+
+def _diff(diff: Diff) -> Iterator[Item]:
+    for title, changes in (
+        ("New regressions", diff.new_regressions),
+        ("Newly fixed", diff.newly_fixed),
+        ("Went missing", diff.went_missing),
+    ):
+        listed: list[str | Part] = []
+        for i, c in enumerate(changes):
+            listed += [", "] if i else []
+            listed += [_code(c.cell), " (vLLM ", _text(c.vllm), ", was ", _text(c.was), ")"]
+        yield Item((_strong(title), ": ", *(listed or ["none"])))
+
+
+def build_view(report: Report) -> ReportView:
+    inputs = report.inputs
+    summaries = {(c.vllm, c.cell.id): c.summary for c in report.all_cells}
+    steps: dict[str, list[TimelineStep]] = {}
+    for vllm in reversed(list(report.versions)):
+        for c in report.versions[vllm]:
+            steps.setdefault(c.cell.id, []).append(TimelineStep(vllm, LOOKS[c.status], summaries[(vllm, c.cell.id)]))
+    return ReportView(
+        title=TITLE,
+        header=Header(
+            f"{report.generated_at:%Y-%m-%d %H:%M}",
+            report.kit_commit,
+            len(inputs.files),
+            inputs.testcases_read,
+            len(inputs.unattributed),
+            len(inputs.unreadable),
+        ),
+        release_names=tuple(report.versions),
+        report=report,
+        timelines={cell: tuple(found) for cell, found in steps.items()},
+        summaries=summaries,
+    )
