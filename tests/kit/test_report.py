@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from matrix.cells import CELLS
+from matrix.plan import cell_pytest_args
 from matrix.report import render_html, render_json, render_md
 from matrix.report.model import build_report
 from matrix.report.render_json import SCHEMA_FILE
@@ -248,31 +249,16 @@ def test_a_native_run_outranks_the_gate_prediction_and_both_are_kept(tmp_path):
 def test_real_cell_results_pass(tmp_path):
     """The files `python -m matrix split` writes for a real gate run (tests/kit/test_results.py makes them)."""
     require_gate_only("cuda-wsl2new-*-graph")
-    env = tmp_path / "env.json"
+    env, plan = tmp_path / "env.json", tmp_path / "plan.json"
     assert run_module("matrix", "env", "--out", str(env)).returncode == 0
+    pattern = "cuda-wsl2new-*-graph"
+    assert run_module("matrix", "plan", "--cells", pattern, "--env", str(env), "--out", str(plan)).returncode == 0
     raw = tmp_path / "raw.xml"
-    tests = run_module(
-        "pytest",
-        "tests/cell/test_gate.py",
-        "--cells",
-        "cuda-wsl2new-*-graph",
-        "-o",
-        "junit_family=xunit1",
-        f"--junitxml={raw}",
-        "-q",
-    )
+    args = cell_pytest_args(pattern, str(raw), str(tmp_path / "probe.json"), str(plan))
+    tests = run_module("pytest", "tests/cell/test_gate.py", *args)
     assert tests.returncode == 0, tests.stdout[-2000:]
-    split = run_module(
-        "matrix",
-        "split",
-        str(raw),
-        "--cells",
-        "cuda-wsl2new-*-graph",
-        "--env",
-        str(env),
-        "--out",
-        str(tmp_path / "results"),
-    )
+    out = str(tmp_path / "results")
+    split = run_module("matrix", "split", str(raw), "--plan", str(plan), "--env", str(env), "--out", out)
     assert split.returncode == 0
     cells = by_id(report_of(tmp_path / "results"))
     v2 = cells["cuda-wsl2new-v2-graph"]

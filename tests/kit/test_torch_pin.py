@@ -34,12 +34,13 @@ def test_torch_mismatch_compares_the_installed_torch_with_vllms_own_pin(torch, s
 def test_the_installed_vllms_torch_pin_reaches_the_envelope(tmp_path):
     vllm = facts.vllm_info()
     assert vllm is not None and vllm["requires_torch"], "vLLM's metadata pins torch"
-    env, raw, out = tmp_path / "env.json", tmp_path / "junit.xml", tmp_path / "results"
+    env, plan, raw, out = tmp_path / "env.json", tmp_path / "plan.json", tmp_path / "junit.xml", tmp_path / "results"
     assert run_module("matrix", "env", "--out", str(env)).returncode == 0
+    assert run_module("matrix", "plan", "--cell", CELL, "--env", str(env), "--out", str(plan)).returncode == 0
     record = json.loads(env.read_text())
     assert record["packages"]["torch_mismatch"] is classify.torch_mismatch(facts.torch_info(), vllm)
     raw.write_text('<testsuites><testsuite name="pytest"/></testsuites>')
-    split = run_module("matrix", "split", str(raw), "--cell", CELL, "--env", str(env), "--out", str(out))
+    split = run_module("matrix", "split", str(raw), "--plan", str(plan), "--env", str(env), "--out", str(out))
     assert split.returncode == 0, split.stderr
     (suite,) = JUnitXml.fromfile(str(next(out.rglob(f"{CELL}.xml"))))
     props = suite_properties(suite)
