@@ -7,15 +7,19 @@ import fnmatch
 import gc
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from matrix.cells import Host, MatrixError, Mode, Runner, Stack
 from matrix.expectations import Rule, load_rules
+from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
 from matrix.report.reading import Inputs, read_inputs
 from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
 
 REPORT_SCHEMA = "wslpin-kit.compat/1"
+# What repro/probe.py's metrics_document writes (repro is not imported here: it needs torch).
+PROBE_SCHEMA = "wslpin-kit.probe/1"
 
 # The grid: rows stack x host, columns runner x mode.
 ROWS = [(stack, host) for stack in Stack for host in Host]
@@ -104,15 +108,15 @@ class Report:
     def evidence(self, cell: CellReport) -> list[str]:
         """What a cell's result rests on, in words."""
         env = cell.envelope
-        date = env.get("started_at", "")[:10]
         found = []
-        execution = env.get("execution")
-        if execution == "gate-only":
-            found.append(f"gate-only: vLLM {cell.vllm}'s own code decides ({date})")
-        elif execution == "emulated":
-            found.append(f"emulated on {env.get('gpu', '?')} ({date})")
-        elif execution == "native":
-            found.append(f"native run on {env.get('gpu', '?')}, runner {env.get('runner_name', '?')} ({date})")
+        if env is not None:
+            date = env.started_at[:10]
+            if env.execution is Execution.GATE_ONLY:
+                found.append(f"gate-only: vLLM {cell.vllm}'s own code decides ({date})")
+            elif env.execution is Execution.EMULATED:
+                found.append(f"emulated on {env.gpu or '?'} ({date})")
+            elif env.execution is Execution.NATIVE:
+                found.append(f"native run on {env.gpu or '?'}, runner {env.runner_name or '?'} ({date})")
         for execution, cases in cell.superseded.items():
             shown = ", ".join(f"{n} {status}" for status, n in sorted(status_counts(cases).items()))
             found.append(f"also a {execution} result, not used for the status ({shown})")
@@ -127,7 +131,16 @@ class Report:
 
     def timeline(self, cell_id: str) -> list[CellReport]:
         """The cell in every release, oldest first."""
-        return [c for v in reversed(list(self.versions)) for c in self.versions[v] if c.cell.id == cell_id]
+        return self._timelines.get(cell_id, [])
+
+    @cached_property
+    def _timelines(self) -> dict[str, list[CellReport]]:
+        # Indexed once: asked per cell of every release, a scan each time would grow with the square of releases.
+        timelines: dict[str, list[CellReport]] = {}
+        for v in reversed(list(self.versions)):
+            for c in self.versions[v]:
+                timelines.setdefault(c.cell.id, []).append(c)
+        return timelines
 
     @property
     def contradictions(self) -> list[Contradiction]:
@@ -223,23 +236,23 @@ def release_changes(versions: dict[str, list[CellReport]], rules: list[Rule]) ->
     return changes
 
 
+def read_probe(path: Path) -> Probe:
+    """The one reader of a probe record: its schema checked, a bad one refused in one line."""
+    try:
+        data = json.loads(path.read_text())
+        if data.get("schema") != PROBE_SCHEMA:
+            raise ValueError(f"schema {data.get('schema')!r}, expected {PROBE_SCHEMA}")
+        host = data["host"]
+        passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
+        return Probe(str(path), host["stack"], host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise MatrixError(f"{path} is not a probe record written by `python -m repro probe --out`: {exc}") from None
+
+
 def load_probes(directory: str | None) -> list[Probe]:
     if not directory or not Path(directory).is_dir():
         return []
-    probes = []
-    for path in sorted(Path(directory).glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-            host = data["host"]
-            passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
-            probes.append(
-                Probe(
-                    str(path), host["stack"], host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed
-                )
-            )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise MatrixError(f"{path} is not a probe record written by `python -m repro probe --out`: {exc}") from None
-    return probes
+    return [read_probe(path) for path in sorted(Path(directory).glob("*.json"))]
 
 
 def build_report(

@@ -28,26 +28,26 @@ COLOURS = {
     Status.MISSING: "#DDDDDD",
     Status.STALE: "#0072B2",
 }
-PROVENANCE = (
-    ("vLLM", "vllm_version"),
-    ("vLLM commit", "vllm_commit"),
-    ("torch", "torch_version"),
-    ("torch build", "torch_build"),
-    ("vLLM asks for", "vllm_requires_torch"),
-    ("torch mismatch", "torch_mismatch"),
-    ("kernel", "kernel_release"),
-    ("WSL", "wsl"),
-    ("GPU", "gpu"),
-    ("driver", "gpu_driver"),
-    ("execution", "execution"),
-    ("why", "execution_reason"),
-    ("runner", "runner_name"),
-    ("image", "image"),
-    ("image digest", "image_digest"),
-    ("started", "started_at"),
-    ("environment hash", "env_hash"),
-    ("kit", "kit_commit"),
-)
+PROVENANCE = {
+    "vllm_version": "vLLM",
+    "vllm_commit": "vLLM commit",
+    "torch_version": "torch",
+    "torch_build": "torch build",
+    "vllm_requires_torch": "vLLM asks for",
+    "torch_mismatch": "torch mismatch",
+    "kernel_release": "kernel",
+    "wsl": "WSL",
+    "gpu": "GPU",
+    "gpu_driver": "driver",
+    "execution": "execution",
+    "execution_reason": "why",
+    "runner_name": "runner",
+    "image": "image",
+    "image_digest": "image digest",
+    "started_at": "started",
+    "env_hash": "environment hash",
+    "kit_commit": "kit",
+}
 FAILING = (Status.REGRESSION, Status.FLAKY, Status.FIXED, Status.KNOWN_FAIL)
 # Per cell, the page lists this many failing tests with their messages; compat.json has them all.
 LISTED_FAILURES = 40
@@ -119,7 +119,7 @@ def _title(cell: CellReport) -> str:
     env = cell.envelope
     bits = [f"{cell.cell.id}: {cell.status.value}"]
     if env:
-        bits.append(f"vLLM {env.get('vllm_version', '?')} · {env.get('gpu', '?')} · {env.get('runner_name', '?')}")
+        bits.append(f"vLLM {env.vllm_version or '?'} · {env.gpu or '?'} · {env.runner_name or '?'}")
         if cell.age_days is not None:
             bits.append(f"{cell.age_days:g} days old")
     elif cell.reason:
@@ -152,9 +152,7 @@ def _cell(report: Report, cell: CellReport) -> str:
     if cell.reason:
         parts.append(f"<div>{_e(cell.reason)}</div>")
     if cell.envelope:
-        rows = "".join(
-            f"<dt>{label}</dt><dd>{_e(cell.envelope[key])}</dd>" for label, key in PROVENANCE if cell.envelope.get(key)
-        )
+        rows = "".join(f"<dt>{PROVENANCE[key]}</dt><dd>{_e(value)}</dd>" for key, value in cell.envelope.provenance())
         age = f"<dt>age</dt><dd>{cell.age_days:g} days</dd>" if cell.age_days is not None else ""
         parts.append(f'<dl class="prov">{rows}{age}</dl>')
     for evidence in report.evidence(cell):

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from matrix.report.model import REPORT_SCHEMA, Report
-from matrix.report.status import CellReport
+from matrix.report.status import CaseRecord, CellReport
 
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 
@@ -29,13 +29,13 @@ def _cell(report: Report, c: CellReport) -> dict:
         "bench": asdict(bench) if (bench := report.bench(c)) else None,
         "age_days": c.age_days,
         "counts": c.counts,
-        "provenance": c.envelope,
+        "provenance": c.envelope.to_properties() if c.envelope else {},
         "superseded": [{"execution": e, "cases": [_case(case) for case in cases]} for e, cases in c.superseded.items()],
         "cases": [_case(case) for case in c.cases],
     }
 
 
-def _case(case) -> dict:
+def _case(case: CaseRecord) -> dict:
     return {
         "classname": case.classname,
         "name": case.name,

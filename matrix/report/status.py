@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from packaging.version import InvalidVersion, Version
 
 from matrix.cells import CELLS, Cell, Runner
+from matrix.envelope import Envelope
 from matrix.expectations import Rule, expected_values
-from matrix.report.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, CaseRecord, CellGroup, Inputs
+from matrix.plan import Execution
+from matrix.report.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, Attempt, CellGroup, Inputs, ReadCase
 
 
 class Status(enum.Enum):
@@ -77,13 +81,31 @@ STATUS_MEANINGS = {
 CELL_PRIORITY = (Status.REGRESSION, Status.FLAKY, Status.FIXED, Status.KNOWN_FAIL, Status.PASS, Status.SKIPPED)
 
 
+@dataclass(frozen=True, slots=True)
+class CaseRecord:
+    """One test case of one cell, judged: every attempt at it, its status, and the rule it was judged by."""
+
+    classname: str
+    name: str
+    attempts: tuple[Attempt, ...]
+    properties: Mapping[str, str]  # as the file states them (the wire format: every value a string)
+    status: Status
+    expected: str | None = None
+    rule: str | None = None
+    issue: str | None = None
+
+    @property
+    def message(self) -> str:
+        return next((a.message for a in self.attempts if a.outcome != PASSED and a.message), "")
+
+
 @dataclass
 class CellReport:
     cell: Cell
     vllm: str
     status: Status
     reason: str = ""
-    envelope: dict[str, str] = field(default_factory=dict)
+    envelope: Envelope | None = None  # None: no input mentions the cell
     cases: list[CaseRecord] = field(default_factory=list)
     age_days: float | None = None
     underlying: Status | None = None  # what a stale cell showed
@@ -104,11 +126,17 @@ class CellReport:
         return status_counts(self.cases)
 
     def observed(self, key: str, pin_env: str) -> str | None:
+        return self._gate_values.get((key, pin_env))
+
+    @cached_property
+    def _gate_values(self) -> dict[tuple[str, str], str]:
+        """(gate key, pin_env) -> what vLLM decided, the first case that says so: indexed once, not per question."""
+        values: dict[tuple[str, str], str] = {}
         for case in self.cases:
             p = case.properties
-            if p.get("gate_key") == key and p.get("pin_env") == pin_env and "observed" in p:
-                return p["observed"]
-        return None
+            if "gate_key" in p and "pin_env" in p and "observed" in p:
+                values.setdefault((p["gate_key"], p["pin_env"]), p["observed"])
+        return values
 
     @property
     def summary(self) -> str:
@@ -155,31 +183,51 @@ def _outcome_status(outcome: str, message: str) -> Status:
     return Status.REGRESSION
 
 
-def judge_case(case: CaseRecord, rules: list[Rule], cell: Cell, vllm: str) -> CaseRecord:
-    """Set ``case.status`` (and the rule it was judged by), in place."""
-    outcomes = {a.outcome for a in case.attempts}
-    if PASSED in outcomes and outcomes & {FAILED, ERROR}:
-        case.status = Status.FLAKY
-        return case
-    last = case.attempts[-1]
-    case.status = _outcome_status(last.outcome, last.message)
+def judge_case(case: ReadCase, rules: list[Rule], cell: Cell, vllm: str) -> CaseRecord:
+    """The case's status: gate cases by the current rule for what vLLM decided, others by their JUnit outcome."""
+    attempts = tuple(case.attempts)
+    judged = CaseRecord(case.classname, case.name, attempts, case.properties, _by_outcome(attempts))
+    if judged.status is Status.FLAKY:
+        return judged
     properties = case.properties
     key, observed, pin_env = properties.get("gate_key"), properties.get("observed"), properties.get("pin_env")
     if key is None or observed is None or pin_env is None:
-        return case
+        return judged
     try:
         expected = expected_values(rules, cell, vllm, pin_env).get(key)
     except InvalidVersion:
-        return case
+        return judged
     if expected is None:
-        return case
-    case.expected, case.rule, case.issue = str(expected.value), expected.rule.id, expected.known_issue
-    matches = observed == case.expected
+        return judged
+    matches = decided(observed, expected.value) == expected.value
     if expected.known_issue:
-        case.status = Status.FIXED if matches else Status.KNOWN_FAIL
+        status = Status.FIXED if matches else Status.KNOWN_FAIL
     else:
-        case.status = Status.PASS if matches else Status.REGRESSION
-    return case
+        status = Status.PASS if matches else Status.REGRESSION
+    return CaseRecord(
+        case.classname,
+        case.name,
+        attempts,
+        case.properties,
+        status,
+        str(expected.value),
+        expected.rule.id,
+        expected.known_issue,
+    )
+
+
+def _by_outcome(attempts: tuple[Attempt, ...]) -> Status:
+    outcomes = {a.outcome for a in attempts}
+    if PASSED in outcomes and outcomes & {FAILED, ERROR}:
+        return Status.FLAKY
+    return _outcome_status(attempts[-1].outcome, attempts[-1].message)
+
+
+def decided(observed: str, like: object) -> object:
+    """What vLLM decided, from the string a JUnit property carries, in the type of the rule's value."""
+    if isinstance(like, bool):
+        return {"True": True, "False": False}.get(observed, observed)
+    return observed
 
 
 def _age_days(started_at: str, now: dt.datetime) -> float | None:
@@ -272,18 +320,18 @@ def _cell_report(
         if record and record.result in ("failed", "aborted"):
             return CellReport(cell, vllm, Status.CRASHED, f"nox session {record.result}: {record.reason}".strip())
         return CellReport(cell, vllm, Status.MISSING, "no input mentions this cell")
-    newest = max(group.envelopes, key=lambda e: e.get("started_at", ""))
+    newest = max(group.envelopes, key=lambda e: e.started_at)
     cases = [judge_case(case, rules, cell, vllm) for case in group.cases.values()]
     report = CellReport(
         cell,
         vllm,
         _cell_status(cases),
-        envelope=dict(newest),
+        envelope=newest,
         cases=cases,
-        age_days=_age_days(newest.get("started_at", ""), now),
+        age_days=_age_days(newest.started_at, now),
     )
-    if newest.get("execution") == "misrouted":
-        report.status, report.reason = Status.MISROUTED, newest.get("execution_reason", "")
+    if newest.execution is Execution.MISROUTED:
+        report.status, report.reason = Status.MISROUTED, newest.execution_reason
     elif cases and all(c.name == "no_results" for c in cases):
         record = nox.get(cell.id)
         report.status = Status.CRASHED
