@@ -33,7 +33,7 @@ STACK_NAMES = {Stack.CUDA: "CUDA", Stack.ROCM: "ROCm"}
 COLUMN_NAMES = {(r, m): f"{r.value.upper()} · {'CUDA graph' if m is Mode.GRAPH else 'eager'}" for r, m in COLUMNS}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
     vllm: str
     cell: str
@@ -48,7 +48,7 @@ class Diff:
     went_missing: list[Change] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Probe:
     """A bare-torch probe run recorded on some GPU host (repro/probe.py's metrics document)."""
 
@@ -60,7 +60,7 @@ class Probe:
     passed: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReleaseChange:
     """A cell behaving differently from the release before: what changed, and the rules that say why."""
 
@@ -71,7 +71,7 @@ class ReleaseChange:
     rules: tuple[str, ...]  # "rule-id: note (issue)" of rules that start at this release
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Contradiction:
     """A result that a rule without a known issue got wrong, or a known issue that no longer holds."""
 
@@ -142,17 +142,18 @@ class Report:
                 timelines.setdefault(c.cell.id, []).append(c)
         return timelines
 
-    @property
+    @cached_property
     def contradictions(self) -> list[Contradiction]:
         found = []
         for cell in self.all_cells:
+            cell_id = cell.cell.id
             for case in cell.cases:
                 if case.rule and case.status in (Status.REGRESSION, Status.FIXED):
                     p = case.properties
                     found.append(
                         Contradiction(
                             cell.vllm,
-                            cell.cell.id,
+                            cell_id,
                             case.rule,
                             p.get("gate_key", ""),
                             p.get("pin_env", ""),
@@ -179,17 +180,18 @@ class Report:
         return [c for c in self.all_cells if c.status.is_bad]
 
 
-def row_name(cell: CellReport, name: str) -> str:
+def row_name(cell_id: str, name: str) -> str:
     """A test's name without its cell, so one row of the detail spans every cell."""
-    return name.replace(f"{cell.cell.id}-", "").replace(f"-{cell.cell.id}", "").replace(cell.cell.id, "")
+    return name.replace(f"{cell_id}-", "").replace(f"-{cell_id}", "").replace(cell_id, "")
 
 
 def detail_rows(report: Report, vllm: str) -> list[tuple[str, dict[str, Status]]]:
     """The test x cell detail: (test, {cell id: status}), sorted by test."""
     tests: dict[str, dict[str, Status]] = {}
     for cell in report.versions[vllm]:
+        cell_id = cell.cell.id
         for case in cell.cases:
-            tests.setdefault(row_name(cell, case.name), {})[cell.cell.id] = case.status
+            tests.setdefault(row_name(cell_id, case.name), {})[cell_id] = case.status
     return sorted(tests.items())
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree.ElementTree import Element
@@ -42,8 +43,9 @@ class ReadCase:
 
     classname: str
     name: str
-    attempts: list[Attempt]  # a list while reading: reruns append, never copy
-    properties: dict[str, str]
+    # One attempt: a tuple, shared by the cases that share it; a rerun makes it a list that grows in place.
+    attempts: tuple[Attempt, ...] | list[Attempt]
+    properties: Mapping[str, str]  # shared between cases that state the same properties: never changed in place
 
 
 @dataclass(slots=True)
@@ -71,6 +73,11 @@ class Inputs:
     unreadable: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     testcases_read: int = 0
+    # Each distinct set of case properties once: across hundreds of thousands of cases few sets differ.
+    _shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = field(default_factory=dict, repr=False)
+
+    def share(self, props: dict[str, str]) -> Mapping[str, str]:
+        return self._shared.setdefault(tuple(props.items()), props)
 
 
 class InputError(ValueError):
@@ -185,21 +192,23 @@ def _read_suite(path: str, elem: Element, props: dict[str, str], into: Inputs) -
     group = into.groups.setdefault(key, CellGroup())
     group.envelopes.append(envelope)
     # Every passing case of a suite has the same attempt (passed, no message, this file): one shared value.
-    passed = Attempt(PASSED, "", path)
+    passed = (Attempt(PASSED, "", path),)
     for index, child in enumerate(children):
         name = child.get("name")
         if not name:
             name = f"<unnamed testcase {index + 1}>"
             into.warnings.append(Problem(path, f"suite {suite_name!r}: a testcase without a name, kept as {name}"))
         result, message = outcome(child)
-        attempt = passed if result == PASSED else Attempt(result, message, path)
+        attempts = passed if result == PASSED else (Attempt(result, message, path),)
         case_key = (sys.intern(child.get("classname", "")), name)
         record = group.cases.get(case_key)
         if record is None:
-            group.cases[case_key] = ReadCase(case_key[0], name, [attempt], properties(child))
+            group.cases[case_key] = ReadCase(case_key[0], name, attempts, into.share(properties(child)))
         else:  # a rerun, or the same test from another runner: one case, its attempts kept
-            record.attempts.append(attempt)
-            record.properties.update(properties(child))
+            if isinstance(record.attempts, tuple):
+                record.attempts = list(record.attempts)
+            record.attempts.extend(attempts)
+            record.properties = into.share({**record.properties, **properties(child)})
 
 
 def read_inputs(inputs: list[str]) -> Inputs:
@@ -207,4 +216,5 @@ def read_inputs(inputs: list[str]) -> Inputs:
     result.files = expand(inputs)
     for path in result.files:
         read_file(path, result)
+    result._shared.clear()
     return result

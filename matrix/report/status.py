@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 
 from packaging.version import InvalidVersion, Version
 
 from matrix.cells import CELLS, Cell, Runner
 from matrix.envelope import Envelope
-from matrix.expectations import Rule, expected_values
+from matrix.expectations import Expected, Rule, expected_values
 from matrix.plan import Execution
 from matrix.report.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, Attempt, CellGroup, Inputs, ReadCase
 
@@ -150,8 +150,7 @@ class CellReport:
             keys.append(("v2_buffer", ""))
         keys += [("offload_path", "offload"), ("repro", "repro")]
         for key, label in keys:
-            values = [self.observed(key, pin) for pin in ("unset", "1")]
-            values = [shown(v) for v in values if v is not None]
+            values = [shown(v) for pin in ("unset", "1") if (v := self.observed(key, pin)) is not None]
             if not values:
                 continue
             text = values[0] if len(set(values)) == 1 else "→".join(values)
@@ -183,7 +182,23 @@ def _outcome_status(outcome: str, message: str) -> Status:
     return Status.REGRESSION
 
 
-def judge_case(case: ReadCase, rules: list[Rule], cell: Cell, vllm: str) -> CaseRecord:
+Resolver = Callable[[str], Mapping[str, Expected]]
+
+
+def resolver(rules: list[Rule], cell: Cell, vllm: str) -> Resolver:
+    """pin_env -> the cell's expected gate values under ``vllm``: resolved once per pin_env, not once per case."""
+
+    @cache
+    def expected(pin_env: str) -> Mapping[str, Expected]:
+        try:
+            return expected_values(rules, cell, vllm, pin_env)
+        except InvalidVersion:
+            return {}
+
+    return expected
+
+
+def judge_case(case: ReadCase, expected_for: Resolver) -> CaseRecord:
     """The case's status: gate cases by the current rule for what vLLM decided, others by their JUnit outcome."""
     attempts = tuple(case.attempts)
     judged = CaseRecord(case.classname, case.name, attempts, case.properties, _by_outcome(attempts))
@@ -193,10 +208,7 @@ def judge_case(case: ReadCase, rules: list[Rule], cell: Cell, vllm: str) -> Case
     key, observed, pin_env = properties.get("gate_key"), properties.get("observed"), properties.get("pin_env")
     if key is None or observed is None or pin_env is None:
         return judged
-    try:
-        expected = expected_values(rules, cell, vllm, pin_env).get(key)
-    except InvalidVersion:
-        return judged
+    expected = expected_for(pin_env).get(key)
     if expected is None:
         return judged
     matches = decided(observed, expected.value) == expected.value
@@ -281,7 +293,7 @@ def build_cells(
         by_cell.setdefault((version, cell_id), {})[execution] = group
     inputs.groups = {}
     versions = sorted({v for v, _ in by_cell}, key=_version_key, reverse=True) or [default_vllm]
-    reports = {}
+    reports: dict[str, list[CellReport]] = {}
     for v in versions:
         reports[v] = []
         for cell in CELLS:
@@ -290,7 +302,8 @@ def build_cells(
             report = _cell_report(cell, v, found.pop(ranked[0]) if ranked else None, rules, now, max_age_days, nox)
             for execution in ranked[1:]:
                 group = found[execution]
-                report.superseded[execution] = [judge_case(c, rules, cell, v) for c in group.cases.values()]
+                expected = resolver(rules, cell, v)
+                report.superseded[execution] = [judge_case(c, expected) for c in group.cases.values()]
             reports[v].append(report)
     return reports
 
@@ -299,7 +312,7 @@ def build_cells(
 EVIDENCE_STRENGTH = {"native": 0, "emulated": 1, "gate-only": 2}
 
 
-def _version_key(version: str):
+def _version_key(version: str) -> tuple[int, Version]:
     try:
         return (1, Version(version))
     except InvalidVersion:
@@ -321,7 +334,8 @@ def _cell_report(
             return CellReport(cell, vllm, Status.CRASHED, f"nox session {record.result}: {record.reason}".strip())
         return CellReport(cell, vllm, Status.MISSING, "no input mentions this cell")
     newest = max(group.envelopes, key=lambda e: e.started_at)
-    cases = [judge_case(case, rules, cell, vllm) for case in group.cases.values()]
+    expected = resolver(rules, cell, vllm)
+    cases = [judge_case(case, expected) for case in group.cases.values()]
     report = CellReport(
         cell,
         vllm,
