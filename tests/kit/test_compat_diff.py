@@ -13,7 +13,9 @@ OLD = {
     "schema": "wslpin-kit.compat/1",
     "generated_at": "2026-11-30T20:00:00+00:00",
     "kit_commit": "aaaa",
-    "versions": [{"vllm": "0.33.0", "cells": [{"id": "cuda-linux-v1-graph", "status": "pass", "counts": {"pass": 14}}]}],
+    "versions": [
+        {"vllm": "0.33.0", "cells": [{"id": "cuda-linux-v1-graph", "status": "pass", "counts": {"pass": 14}}]},
+    ],
 }
 
 
