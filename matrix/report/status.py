@@ -138,7 +138,7 @@ class CellReport:
                 values.setdefault((p["gate_key"], p["pin_env"]), p["observed"])
         return values
 
-    @property
+    @cached_property
     def summary(self) -> str:
         """One line of behaviour, e.g. 'pin off→on · UVA off→on · offload pageable-copy→uva'.
 
