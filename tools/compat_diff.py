@@ -2,8 +2,9 @@
 
     python3 tools/compat_diff.py OLD NEW
 
-Ignores what must differ between two runs (the top-level ``generated_at`` and ``kit_commit``) and
-any key only NEW has (fields a newer kit adds). Prints each difference as
+Ignores what depends on when and by which kit the report was generated (the
+top-level ``generated_at`` and ``kit_commit``, each cell's ``age_days``) and any
+key only NEW has (fields a newer kit adds). Prints each difference as
 ``JSON path: old -> new`` and exits 1 if there is any, 0 if none, 2 if a file
 cannot be read. Standard library only: it runs before any environment exists.
 """
@@ -16,6 +17,8 @@ from collections.abc import Iterator
 
 # Top-level only: a cell's provenance also names a kit_commit, the one its runner ran, and that must agree.
 IGNORED = frozenset({"$.generated_at", "$.kit_commit"})
+# Counted from the moment the report is generated, like generated_at.
+IGNORED_ANYWHERE = frozenset({"age_days"})
 
 
 def differences(old: object, new: object, path: str = "$") -> Iterator[tuple[str, object, object]]:
@@ -23,7 +26,7 @@ def differences(old: object, new: object, path: str = "$") -> Iterator[tuple[str
     if isinstance(old, dict) and isinstance(new, dict):
         for key, value in old.items():
             where = f"{path}.{key}"
-            if where in IGNORED:
+            if where in IGNORED or key in IGNORED_ANYWHERE:
                 continue
             if key not in new:
                 yield where, value, "(absent)"

@@ -14,7 +14,10 @@ OLD = {
     "generated_at": "2026-11-30T20:00:00+00:00",
     "kit_commit": "aaaa",
     "versions": [
-        {"vllm": "0.33.0", "cells": [{"id": "cuda-linux-v1-graph", "status": "pass", "counts": {"pass": 14}}]},
+        {
+            "vllm": "0.33.0",
+            "cells": [{"id": "cuda-linux-v1-graph", "status": "pass", "counts": {"pass": 14}, "age_days": 0.25}],
+        },
     ],
 }
 
@@ -26,9 +29,10 @@ def compare(tmp_path, new: dict) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True)
 
 
-def test_generation_time_kit_commit_and_new_fields_are_not_differences(tmp_path):
+def test_generation_time_kit_commit_age_and_new_fields_are_not_differences(tmp_path):
     new = json.loads(json.dumps(OLD))
     new["generated_at"], new["kit_commit"] = "2026-12-01T08:00:00+00:00", "bbbb"
+    new["versions"][0]["cells"][0]["age_days"] = 0.26
     new["versions"][0]["cells"][0]["execution"] = "gate-only"  # a typed field only the new kit writes
     done = compare(tmp_path, new)
     assert done.returncode == 0 and done.stdout == "", done.stdout
