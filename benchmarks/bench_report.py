@@ -1,10 +1,14 @@
 """Time `python -m matrix report` against `junitparser merge` on the same synthetic results.
 
     python benchmarks/bench_report.py [--work DIR]
+    python benchmarks/bench_report.py --scaling
 
 24 cells x 8 vLLM releases x 200 cases, then the same x10 (2,000 cases per
 file). Each command runs in a fresh process; peak memory is that process's
-maximum resident set. Prints the figures; asserts nothing.
+maximum resident set. ``--scaling`` instead times the report (read, judge, the
+three outputs) on the two shapes that once grew faster than their size: one
+file naming 100/200/400 vLLM releases, and one test rerun 20k-200k times.
+Prints the figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from matrix.cells import CELLS
@@ -71,11 +76,77 @@ def measure(argv: list[str]) -> tuple[float, float]:
     return float(seconds), int(kib) / 1024
 
 
+def many_releases(path: Path, releases: int) -> Path:
+    """One file, one suite per release (cells in turn), each release a distinct vllm_version."""
+    suites = []
+    for index in range(releases):
+        cell = CELLS[index % len(CELLS)]
+        props = {
+            "cell_id": cell.id,
+            "vllm_version": f"0.{index}.0",
+            "execution": "gate-only",
+            "started_at": "2026-11-29",
+        }
+        envelope = "".join(f'<property name="{k}" value="{v}"/>' for k, v in props.items())
+        suites.append(
+            f'<testsuite name="{cell.id}"><properties>{envelope}</properties>'
+            f'<testcase classname="t" name="a"/><testcase classname="t" name="b"><failure message="no"/></testcase>'
+            "</testsuite>"
+        )
+    path.write_text(f"<testsuites>{''.join(suites)}</testsuites>")
+    return path
+
+
+def many_reruns(path: Path, reruns: int) -> Path:
+    """One suite in which the same test ran ``reruns`` times, failing now and then."""
+    cell = CELLS[0].id
+    props = {"cell_id": cell, "vllm_version": "0.33.0", "execution": "gate-only", "started_at": "2026-11-29"}
+    envelope = "".join(f'<property name="{k}" value="{v}"/>' for k, v in props.items())
+    case = '<testcase classname="t" name="rerun"/>'
+    failing = '<testcase classname="t" name="rerun"><failure message="flaked"/></testcase>'
+    runs = "".join(failing if i % 10 == 0 else case for i in range(reruns))
+    path.write_text(
+        f'<testsuites><testsuite name="{cell}"><properties>{envelope}</properties>{runs}</testsuite></testsuites>'
+    )
+    return path
+
+
+def time_report(path: Path, out: Path) -> float:
+    """Seconds to read and judge ``path`` and write all three outputs, in this process."""
+    from matrix.report import render_html, render_json, render_md
+    from matrix.report.model import build_report
+
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    report = build_report([str(path)], kit_commit="bench")
+    render_json.write(report, out / "compat.json")
+    (out / "COMPATIBILITY.md").write_text(render_md.render(report))
+    (out / "index.html").write_text(render_html.render(report))
+    return time.perf_counter() - start
+
+
+def time_per_unit(work: Path) -> None:
+    for label, unit, build, sizes in (
+        ("distinct vLLM releases in one file", "release", many_releases, (100, 200, 400)),
+        ("reruns of one test", "rerun", many_reruns, (20_000, 40_000, 100_000, 200_000)),
+    ):
+        print(label)
+        for size in sizes:
+            seconds = time_report(build(work / f"{unit}-{size}.xml", size), work / f"{unit}-{size}")
+            print(f"  {size:>7,} {unit}s: {seconds:7.2f} s, {seconds / size * 1e3:7.3f} ms per {unit}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", help="keep the synthetic files here (default: a temporary directory)")
+    parser.add_argument("--scaling", action="store_true", help="time per release and per rerun at growing sizes")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-report-"))
+    if args.scaling:
+        time_per_unit(work)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     junitparser = shutil.which("junitparser") or str(Path(sys.executable).with_name("junitparser"))
     figures = {}
     for label, per_file in (("1x", 200), ("10x", 2000)):
@@ -92,7 +163,7 @@ def main() -> int:
             f"| junitparser merge {merge_s:6.2f} s, peak {merge_mb:5.0f} MB | report/merge {report_s / merge_s:.2f}"
         )
     scaling = figures["10x"][0] / figures["1x"][0]
-    print(f"10x the input costs the report {scaling:.1f}x the time (limit 12x)")
+    print(f"10x the input costs the report {scaling:.1f}x the time (limit 11x); peak at most 300 MB")
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     return 0

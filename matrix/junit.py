@@ -8,18 +8,18 @@ the envelope of provenance properties that the report reads.
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree.ElementTree import Element, tostring
 
-from junitparser import Error, JUnitXml, JUnitXmlError, Properties, TestCase, TestSuite
+from junitparser import Error, JUnitXml, Properties, TestCase, TestSuite
 
+from matrix.envelope import Envelope
 from matrix.errors import MatrixError
 from matrix.layout import vllm_release
 from matrix.plan import CellPlan
-
-ENVELOPE_SCHEMA = "wslpin-kit.envelope/1"
+from matrix.report.reading import UnreadableError, parse, properties
 
 
 @dataclass(frozen=True)
@@ -35,44 +35,37 @@ class RunInfo:
     image_digest: str = ""
 
 
-def envelope(plan: CellPlan, run: RunInfo) -> dict[str, str]:
-    cell, env = plan.cell, run.env
+def envelope(plan: CellPlan, run: RunInfo) -> Envelope:
+    env = run.env
     packages = env.get("packages", {})
     torch = packages.get("torch") or {}
     vllm = packages.get("vllm") or {}
-    mismatch = packages.get("torch_mismatch")
     devices = env.get("gpu", {}).get("devices") or [{}]
     torch_build = f"cuda {torch['cuda']}" if torch.get("cuda") else f"hip {torch['hip']}" if torch.get("hip") else "cpu"
-    image = {"image": run.image, "image_digest": run.image_digest} if run.image else {}
-    return {
-        "envelope_schema": ENVELOPE_SCHEMA,
-        "cell_id": cell.id,
-        "stack": cell.stack.value,
-        "host": cell.host.value,
-        "runner": cell.runner.value,
-        "mode": cell.mode.value,
-        "execution": plan.execution.value,
-        "execution_reason": plan.reason,
-        # The same name as the release's results directory (matrix.layout), so file and envelope agree.
-        "vllm_version": vllm_release(env),
-        "vllm_commit": vllm.get("commit") or "",
-        "torch_version": torch.get("version") or "not installed",
-        "torch_build": torch_build if torch else "",
+    return Envelope(
+        plan.cell,
+        execution=plan.execution,
+        execution_reason=plan.reason,
+        vllm_version=vllm_release(env),
+        vllm_commit=vllm.get("commit") or "",
+        torch_version=torch.get("version") or "not installed",
+        torch_build=torch_build if torch else "",
         # A GPU-less gate runs a CPU torch that can differ from the torch the vLLM release pins.
-        "vllm_requires_torch": f"torch{vllm['requires_torch']}" if vllm.get("requires_torch") else "",
-        "torch_mismatch": "unknown" if mismatch is None else str(mismatch).lower(),
-        "kernel_release": env.get("kernel", {}).get("release", ""),
-        "wsl": str(env.get("wsl", {}).get("is_wsl", False)).lower(),
-        "detected_host": env.get("host", {}).get("detected", ""),
-        "gpu": devices[0].get("name", "") or "none",
-        "gpu_driver": devices[0].get("driver", ""),
-        "runner_name": run.runner_name,
-        "kit_commit": run.kit_commit,
-        "started_at": run.started_at,
-        "env_hash": env.get("env_hash", ""),
-        "env_schema": env.get("schema", ""),
-        **image,
-    }
+        vllm_requires_torch=f"torch{vllm['requires_torch']}" if vllm.get("requires_torch") else "",
+        torch_mismatch=packages.get("torch_mismatch"),
+        kernel_release=env.get("kernel", {}).get("release", ""),
+        wsl=bool(env.get("wsl", {}).get("is_wsl", False)),
+        detected_host=env.get("host", {}).get("detected", ""),
+        gpu=devices[0].get("name", "") or "none",
+        gpu_driver=devices[0].get("driver", ""),
+        runner_name=run.runner_name,
+        kit_commit=run.kit_commit,
+        started_at=run.started_at,
+        env_hash=env.get("env_hash", ""),
+        env_schema=env.get("schema", ""),
+        image=run.image,
+        image_digest=run.image_digest if run.image else "",
+    )
 
 
 def case_properties(case: TestCase) -> dict[str, str]:
@@ -84,27 +77,28 @@ def suite_properties(suite: TestSuite) -> dict[str, str]:
     return {p.name: p.value for p in suite.properties()}
 
 
-def read_cases(path: Path) -> list[TestCase]:
+def read_cases(path: Path) -> list[Element]:
+    """Every ``<testcase>`` of pytest's file, parsed safely like any runner's (matrix.report.reading)."""
     try:
-        xml = JUnitXml.fromfile(str(path))
-    # SyntaxError is the base of both parsers' errors (ElementTree's ParseError, lxml's XMLSyntaxError).
-    except (SyntaxError, JUnitXmlError) as exc:
+        root = parse(path)
+    except UnreadableError as exc:
         raise MatrixError(
             f"{path} is not a JUnit file ({exc}): give the file pytest wrote with --junitxml, "
             "or run the cells again if it was cut short"
         ) from None
-    return [case for suite in xml for case in suite]
+    return list(root.iter("testcase"))
 
 
-def cell_suite(plan: CellPlan, cases: list[TestCase], run: RunInfo, no_results: str) -> TestSuite:
+def cell_suite(plan: CellPlan, cases: list[Element], run: RunInfo, no_results: str) -> TestSuite:
     suite = TestSuite(plan.cell.id)
     suite.timestamp = run.started_at
     suite.hostname = run.runner_name
-    for name, value in envelope(plan, run).items():
+    for name, value in envelope(plan, run).to_properties().items():
         suite.add_property(name, value)
-    mine = [c for c in cases if case_properties(c).get("cell") in (plan.cell.id, None)]
+    mine = [c for c in cases if properties(c).get("cell") in (plan.cell.id, None)]
     for case in mine:
-        suite.add_testcase(TestCase.fromelem(copy.deepcopy(case._elem)))
+        # Through text, not the element: junitparser may build its tree with lxml, the safe parser with ElementTree.
+        suite.add_testcase(TestCase.fromstring(tostring(case, encoding="unicode")))
     if not mine:
         # A cell with no test case must still say why, never vanish.
         missing = TestCase("no_results", classname="matrix.session")

@@ -1,16 +1,31 @@
-"""The short terminal table a cell session ends with."""
+"""The short terminal table a cell session ends with, judged by the report's rules.
+
+The file is read and judged exactly as ``python -m matrix report`` reads and
+judges it (matrix.report.reading, matrix.report.status), so the table and the
+report never disagree about the same file.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from junitparser import Error as JError
-from junitparser import Failure, JUnitXml, Skipped
-
 from matrix.cells import Cell, Runner
-from matrix.junit import case_properties, suite_properties
-from matrix.report.status import shown
+from matrix.errors import MatrixError
+from matrix.expectations import load_rules
+from matrix.report.reading import Inputs, read_file
+from matrix.report.status import CellReport, Status, build_cells, shown
+
+# Which column of the table each case status counts in; "fail" is what --strict fails on.
+COUNTED = {
+    Status.PASS: "pass",
+    Status.REGRESSION: "fail",
+    Status.FLAKY: "fail",
+    Status.FIXED: "fail",  # a known failure now passing: the rule needs updating
+    Status.KNOWN_FAIL: "known",
+    Status.SKIPPED: "skip",
+}
 
 
 @dataclass
@@ -20,31 +35,42 @@ class CellSummary:
     vllm: str
     passed: int = 0
     failed: int = 0
-    known: int = 0  # expected failures (xfail) naming their issue
+    known: int = 0  # expected failures naming their issue
     skipped: int = 0
     observed: dict[tuple[str, str], str] = field(default_factory=dict)  # (key, pin_env) -> value
     failures: list[str] = field(default_factory=list)
 
 
 def summarize(path: Path) -> CellSummary:
-    xml = JUnitXml.fromfile(str(path))
-    suite = next(iter(xml))
-    props = suite_properties(suite)
-    summary = CellSummary(suite.name, props.get("execution", "?"), props.get("vllm_version", "?"))
-    for case in suite:
-        results = case.result
-        if any(isinstance(r, (Failure, JError)) for r in results):
+    inputs = Inputs(files=[str(path)])
+    read_file(str(path), inputs)
+    problem = next(iter(inputs.unreadable + inputs.unattributed), None)
+    if problem is not None or not inputs.groups:
+        reason = problem.reason if problem else "no cell's results in it"
+        raise MatrixError(f"{path} is not a cell's result file ({reason}): run the cell again")
+    versions = build_cells(inputs, load_rules(), dt.datetime.now(dt.UTC))
+    (report,) = (cell for cells in versions.values() for cell in cells if cell.envelope is not None)
+    return _summary(report)
+
+
+def _summary(report: CellReport) -> CellSummary:
+    env = report.envelope
+    execution = env.execution.value if env and env.execution else "?"
+    summary = CellSummary(report.cell.id, execution, report.vllm)
+    for case in report.cases:
+        column = COUNTED[case.status]
+        if column == "pass":
+            summary.passed += 1
+        elif column == "fail":
             summary.failed += 1
             summary.failures.append(case.name)
-        elif any(isinstance(r, Skipped) and r.type == "pytest.xfail" for r in results):
+        elif column == "known":
             summary.known += 1
-        elif any(isinstance(r, Skipped) for r in results):
-            summary.skipped += 1
         else:
-            summary.passed += 1
-        cp = case_properties(case)
-        if "gate_key" in cp and "observed" in cp:
-            summary.observed[(cp["gate_key"], cp.get("pin_env", ""))] = cp["observed"]
+            summary.skipped += 1
+        p = case.properties
+        if "gate_key" in p and "observed" in p:
+            summary.observed[(p["gate_key"], p.get("pin_env", ""))] = p["observed"]
     return summary
 
 

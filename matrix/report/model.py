@@ -8,23 +8,27 @@ import fnmatch
 import gc
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from matrix.cells import Host, Mode, Runner, Stack
 from matrix.errors import MatrixError
 from matrix.expectations import Rule, load_rules
+from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
 from matrix.report.reading import Inputs, read_inputs
 from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
 
 REPORT_SCHEMA = "wslpin-kit.compat/1"
+# What repro/probe.py's metrics_document writes (repro is not imported here: it needs torch).
+PROBE_SCHEMA = "wslpin-kit.probe/1"
 
 # The grid's order: rows stack x host, columns runner x mode.
 ROWS = [(stack, host) for stack in Stack for host in Host]
 COLUMNS = [(runner, mode) for runner in Runner for mode in Mode]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
     vllm: str
     cell: str
@@ -39,7 +43,7 @@ class Diff:
     went_missing: list[Change] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Probe:
     """A bare-torch probe run recorded on some GPU host (repro/probe.py's metrics document)."""
 
@@ -51,7 +55,7 @@ class Probe:
     passed: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReleaseChange:
     """A cell behaving differently from the release before: what changed, and the rules that say why."""
 
@@ -62,7 +66,7 @@ class ReleaseChange:
     rules: tuple[str, ...]  # "rule-id: note (issue)" of rules that start at this release
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Contradiction:
     """A result that a rule without a known issue got wrong, or a known issue that no longer holds."""
 
@@ -122,15 +126,15 @@ class Report:
     def evidence(self, cell: CellReport) -> list[Evidence]:
         """What a cell's result rests on: its own run, weaker results, probes and benchmarks of its host."""
         env = cell.envelope
-        date = env.get("started_at", "")[:10]
-        found = []
-        execution = env.get("execution")
-        if execution == "gate-only":
-            found.append(Evidence(EvidenceKind.GATE_ONLY, date, cell.vllm))
-        elif execution == "emulated":
-            found.append(Evidence(EvidenceKind.EMULATED, date, env.get("gpu", "?")))
-        elif execution == "native":
-            found.append(Evidence(EvidenceKind.NATIVE, date, env.get("gpu", "?"), runner=env.get("runner_name", "?")))
+        found: list[Evidence] = []
+        if env is not None:
+            date = env.started_at[:10]
+            if env.execution is Execution.GATE_ONLY:
+                found.append(Evidence(EvidenceKind.GATE_ONLY, date, cell.vllm))
+            elif env.execution is Execution.EMULATED:
+                found.append(Evidence(EvidenceKind.EMULATED, date, env.gpu or "?"))
+            elif env.execution is Execution.NATIVE:
+                found.append(Evidence(EvidenceKind.NATIVE, date, env.gpu or "?", runner=env.runner_name or "?"))
         for execution, cases in cell.superseded.items():
             counts = tuple(sorted(status_counts(cases).items()))
             found.append(Evidence(EvidenceKind.SUPERSEDED, "", "", execution=execution, counts=counts))
@@ -144,19 +148,29 @@ class Report:
 
     def timeline(self, cell_id: str) -> list[CellReport]:
         """The cell in every release, oldest first."""
-        return [c for v in reversed(list(self.versions)) for c in self.versions[v] if c.cell.id == cell_id]
+        return self._timelines.get(cell_id, [])
 
-    @property
+    @cached_property
+    def _timelines(self) -> dict[str, list[CellReport]]:
+        # Indexed once: asked per cell of every release, a scan each time would grow with the square of releases.
+        timelines: dict[str, list[CellReport]] = {}
+        for v in reversed(list(self.versions)):
+            for c in self.versions[v]:
+                timelines.setdefault(c.cell.id, []).append(c)
+        return timelines
+
+    @cached_property
     def contradictions(self) -> list[Contradiction]:
         found = []
         for cell in self.all_cells:
+            cell_id = cell.cell.id
             for case in cell.cases:
                 if case.rule and case.status in (Status.REGRESSION, Status.FIXED):
                     p = case.properties
                     found.append(
                         Contradiction(
                             cell.vllm,
-                            cell.cell.id,
+                            cell_id,
                             case.rule,
                             p.get("gate_key", ""),
                             p.get("pin_env", ""),
@@ -183,17 +197,18 @@ class Report:
         return [c for c in self.all_cells if c.status.is_bad]
 
 
-def row_name(cell: CellReport, name: str) -> str:
+def row_name(cell_id: str, name: str) -> str:
     """A test's name without its cell, so one row of the detail spans every cell."""
-    return name.replace(f"{cell.cell.id}-", "").replace(f"-{cell.cell.id}", "").replace(cell.cell.id, "")
+    return name.replace(f"{cell_id}-", "").replace(f"-{cell_id}", "").replace(cell_id, "")
 
 
 def detail_rows(report: Report, vllm: str) -> list[tuple[str, dict[str, Status]]]:
     """The test x cell detail: (test, {cell id: status}), sorted by test."""
     tests: dict[str, dict[str, Status]] = {}
     for cell in report.versions[vllm]:
+        cell_id = cell.cell.id
         for case in cell.cases:
-            tests.setdefault(row_name(cell, case.name), {})[cell.cell.id] = case.status
+            tests.setdefault(row_name(cell_id, case.name), {})[cell_id] = case.status
     return sorted(tests.items())
 
 
@@ -240,23 +255,23 @@ def release_changes(versions: dict[str, list[CellReport]], rules: list[Rule]) ->
     return changes
 
 
+def read_probe(path: Path) -> Probe:
+    """The one reader of a probe record: its schema checked, a bad one refused in one line."""
+    try:
+        data = json.loads(path.read_text())
+        if data.get("schema") != PROBE_SCHEMA:
+            raise ValueError(f"schema {data.get('schema')!r}, expected {PROBE_SCHEMA}")
+        host = data["host"]
+        passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
+        return Probe(str(path), host["stack"], host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise MatrixError(f"{path} is not a probe record written by `python -m repro probe --out`: {exc}") from None
+
+
 def load_probes(directory: str | None) -> list[Probe]:
     if not directory or not Path(directory).is_dir():
         return []
-    probes = []
-    for path in sorted(Path(directory).glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-            host = data["host"]
-            passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
-            probes.append(
-                Probe(
-                    str(path), host["stack"], host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed
-                )
-            )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise MatrixError(f"{path} is not a probe record written by `python -m repro probe --out`: {exc}") from None
-    return probes
+    return [read_probe(path) for path in sorted(Path(directory).glob("*.json"))]
 
 
 def build_report(

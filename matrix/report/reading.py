@@ -2,8 +2,8 @@
 
 XML from a runner is untrusted: it is parsed by defusedxml with DTDs refused,
 so no entity is expanded, no external entity or local file is read and nothing
-is fetched. junitparser then reads suites, properties and results over that
-tree. Every input ends up somewhere: attributed to a cell (by the envelope's
+is fetched; ``parse`` is the one way the kit reads JUnit (the split and the
+summary use it too). Every input ends up somewhere: attributed to a cell (by the envelope's
 ``cell_id`` property), *unattributed* (no envelope), or *unreadable* (with the
 parser's reason). Counts in the files are never trusted; cases are counted.
 """
@@ -13,14 +13,15 @@ from __future__ import annotations
 import glob
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from xml.etree.ElementTree import Element
 
 import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
-from junitparser import Error, Failure, Skipped, TestCase
 
-from matrix.cells import Cell
+from matrix.envelope import Envelope
 from matrix.errors import MatrixError
 
 MESSAGE_LIMIT = 2000
@@ -37,29 +38,22 @@ class Attempt:
 
 
 @dataclass(slots=True)
-class CaseRecord:
-    """One test case of one cell: every attempt at it, and (once judged by matrix.report.status) its status."""
+class ReadCase:
+    """One test case of one cell as the files state it: every attempt at it (judged by matrix.report.status)."""
 
     classname: str
     name: str
-    attempts: tuple[Attempt, ...]
-    properties: dict[str, str]
-    status: object = None  # a matrix.report.status.Status once judged
-    expected: str | None = None
-    rule: str | None = None
-    issue: str | None = None
-
-    @property
-    def message(self) -> str:
-        return next((a.message for a in self.attempts if a.outcome != PASSED and a.message), "")
+    # One attempt: a tuple, shared by the cases that share it; a rerun makes it a list that grows in place.
+    attempts: tuple[Attempt, ...] | list[Attempt]
+    properties: Mapping[str, str]  # shared between cases that state the same properties: never changed in place
 
 
-@dataclass
+@dataclass(slots=True)
 class CellGroup:
     """Everything the inputs say about one cell under one vLLM release."""
 
-    envelopes: list[dict[str, str]] = field(default_factory=list)
-    cases: dict[tuple[str, str], CaseRecord] = field(default_factory=dict)
+    envelopes: list[Envelope] = field(default_factory=list)
+    cases: dict[tuple[str, str], ReadCase] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -79,15 +73,25 @@ class Inputs:
     unreadable: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     testcases_read: int = 0
+    # Each distinct set of case properties once: across hundreds of thousands of cases few sets differ.
+    _shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = field(default_factory=dict, repr=False)
+
+    def share(self, props: dict[str, str]) -> Mapping[str, str]:
+        return self._shared.setdefault(tuple(props.items()), props)
 
 
 class InputError(ValueError):
     """An input path that names nothing: a person's mistake, reported in one line."""
 
 
+class UnreadableError(ValueError):
+    """A file that is not a JUnit file this kit will read; the message says why."""
+
+
 def expand(inputs: list[str]) -> list[str]:
     """Files, directories (searched for *.xml) and globs, in a stable order, each once."""
     found: list[str] = []
+    seen: set[str] = set()
     for item in inputs:
         if os.path.isdir(item):
             hits = sorted(str(p) for p in Path(item).rglob("*.xml"))
@@ -97,28 +101,49 @@ def expand(inputs: list[str]) -> list[str]:
             hits = sorted(glob.glob(item, recursive=True))
             if not hits:
                 raise InputError(f"{item!r} is not a file, a directory or a glob that matches anything")
-        found.extend(h for h in hits if h not in found)
+        for hit in hits:
+            if hit not in seen:
+                seen.add(hit)
+                found.append(hit)
     return found
 
 
-def _outcome(case: TestCase) -> tuple[str, str]:
-    results = case.result
-    for kind, label in ((Error, ERROR), (Failure, FAILED)):
+def parse(path: str | Path) -> Element:
+    """The root of a JUnit file, parsed safely: the one way the kit reads JUnit (UnreadableError says why not)."""
+    try:
+        root = SafeET.parse(str(path), forbid_dtd=True).getroot()
+    except DefusedXmlException as exc:
+        raise UnreadableError(f"refused: {type(exc).__name__} (DTDs and entities are not allowed)") from None
+    except SafeET.ParseError as exc:
+        raise UnreadableError(f"not well-formed XML: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise UnreadableError(f"cannot be read: {exc}") from None
+    if root is None or root.tag not in ("testsuites", "testsuite"):
+        found = "missing" if root is None else f"<{root.tag}>"
+        raise UnreadableError(f"root element is {found}, not <testsuites> or <testsuite>")
+    return root
+
+
+def outcome(case: Element) -> tuple[str, str]:
+    """A ``<testcase>``'s outcome and message as the file states it (errors first, then failures, then skips)."""
+    results = [child for child in case if child.tag in ("error", "failure", "skipped")]
+    for tag, label in (("error", ERROR), ("failure", FAILED)):
         for r in results:
-            if isinstance(r, kind):
+            if r.tag == tag:
                 return label, _message(r)
     for r in results:
-        if isinstance(r, Skipped):
-            return (XFAIL if (r.type or "") == "pytest.xfail" else SKIPPED), _message(r)
+        if r.tag == "skipped":
+            return (XFAIL if r.get("type") == "pytest.xfail" else SKIPPED), _message(r)
     return PASSED, ""
 
 
-def _message(result) -> str:
-    text = " ".join(part for part in (result.message, result.text) if part)
+def _message(result: Element) -> str:
+    text = " ".join(part for part in (result.get("message"), result.text) if part)
     return text.strip()[:MESSAGE_LIMIT]
 
 
-def _properties(elem) -> dict[str, str]:
+def properties(elem: Element) -> dict[str, str]:
+    """The ``<properties>`` of a suite or case, by name."""
     # Interned: the same few names and values repeat across hundreds of thousands of cases.
     props = {}
     for container in elem.findall("properties"):
@@ -130,66 +155,61 @@ def _properties(elem) -> dict[str, str]:
 
 def read_file(path: str, into: Inputs) -> None:
     try:
-        root = SafeET.parse(path, forbid_dtd=True).getroot()
-    except DefusedXmlException as exc:
-        into.unreadable.append(Problem(path, f"refused: {type(exc).__name__} (DTDs and entities are not allowed)"))
-        return
-    except SafeET.ParseError as exc:
-        into.unreadable.append(Problem(path, f"not well-formed XML: {exc}"))
-        return
-    except (OSError, ValueError) as exc:
-        into.unreadable.append(Problem(path, f"cannot be read: {exc}"))
-        return
-    if root.tag not in ("testsuites", "testsuite"):
-        into.unreadable.append(Problem(path, f"root element is <{root.tag}>, not <testsuites> or <testsuite>"))
+        root = parse(path)
+    except UnreadableError as exc:
+        into.unreadable.append(Problem(path, str(exc)))
         return
     if root.tag == "testsuites" and root.find(".//testsuite") is None:
         into.unattributed.append(Problem(path, "no test suite in the file"))
     _walk(path, root, {}, into)
 
 
-def _walk(path: str, elem, inherited: dict[str, str], into: Inputs) -> None:
+def _walk(path: str, elem: Element, inherited: dict[str, str], into: Inputs) -> None:
     if elem.tag == "testsuite":
-        envelope = {**inherited, **_properties(elem)}
+        envelope = {**inherited, **properties(elem)}
         _read_suite(path, elem, envelope, into)
         inherited = envelope
     for child in elem.findall("testsuite"):
         _walk(path, child, inherited, into)
 
 
-def _read_suite(path: str, elem, envelope: dict[str, str], into: Inputs) -> None:
+def _read_suite(path: str, elem: Element, props: dict[str, str], into: Inputs) -> None:
     children = elem.findall("testcase")
     if not children and elem.findall("testsuite"):
         return  # a container: its nested suites carry the cases
     suite_name = elem.get("name", "")
     into.testcases_read += len(children)
-    cell_id = envelope.get("cell_id")
-    if not cell_id:
+    if not props.get("cell_id"):
         reason = f"suite {suite_name!r} has no cell envelope (no cell_id property)"
         into.unattributed.append(Problem(path, reason, len(children)))
         return
     try:
-        Cell.parse(cell_id)
+        envelope = Envelope.from_properties(props)
     except MatrixError as exc:
-        into.unattributed.append(Problem(path, f"suite {suite_name!r}: cell_id is not a cell: {exc}", len(children)))
+        into.unattributed.append(Problem(path, f"suite {suite_name!r}: {exc}", len(children)))
         return
-    key = (envelope.get("vllm_version") or "unknown", cell_id, envelope.get("execution", ""))
+    execution = envelope.execution.value if envelope.execution else ""
+    key = (envelope.vllm_version or "unknown", envelope.cell.id, execution)
     group = into.groups.setdefault(key, CellGroup())
     group.envelopes.append(envelope)
+    # Every passing case of a suite has the same attempt (passed, no message, this file): one shared value.
+    passed = (Attempt(PASSED, "", path),)
     for index, child in enumerate(children):
         name = child.get("name")
         if not name:
             name = f"<unnamed testcase {index + 1}>"
             into.warnings.append(Problem(path, f"suite {suite_name!r}: a testcase without a name, kept as {name}"))
-        outcome, message = _outcome(TestCase.fromelem(child))
-        attempt = Attempt(outcome, message, path)
-        key = (sys.intern(child.get("classname", "")), name)
-        record = group.cases.get(key)
+        result, message = outcome(child)
+        attempts = passed if result == PASSED else (Attempt(result, message, path),)
+        case_key = (sys.intern(child.get("classname", "")), name)
+        record = group.cases.get(case_key)
         if record is None:
-            group.cases[key] = CaseRecord(key[0], name, (attempt,), _properties(child))
+            group.cases[case_key] = ReadCase(case_key[0], name, attempts, into.share(properties(child)))
         else:  # a rerun, or the same test from another runner: one case, its attempts kept
-            record.attempts += (attempt,)
-            record.properties.update(_properties(child))
+            if isinstance(record.attempts, tuple):
+                record.attempts = list(record.attempts)
+            record.attempts.extend(attempts)
+            record.properties = into.share({**record.properties, **properties(child)})
 
 
 def read_inputs(inputs: list[str]) -> Inputs:
@@ -197,4 +217,5 @@ def read_inputs(inputs: list[str]) -> Inputs:
     result.files = expand(inputs)
     for path in result.files:
         read_file(path, result)
+    result._shared.clear()
     return result

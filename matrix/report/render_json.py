@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from matrix.report.model import REPORT_SCHEMA, Evidence, Report
-from matrix.report.status import CellReport
+from matrix.report.status import CaseRecord, CellReport
 from matrix.report.view import evidence_sentence
 
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
@@ -32,7 +32,7 @@ def _cell(report: Report, c: CellReport) -> dict:
         "bench": asdict(bench) if (bench := report.bench(c)) else None,
         "age_days": c.age_days,
         "counts": c.counts,
-        "provenance": c.envelope,
+        "provenance": c.envelope.to_properties() if c.envelope else {},
         "superseded": [{"execution": e, "cases": [_case(case) for case in cases]} for e, cases in c.superseded.items()],
         "cases": [_case(case) for case in c.cases],
     }
@@ -42,7 +42,7 @@ def _evidence(evidence: Evidence) -> dict:
     return asdict(evidence) | {"counts": dict(evidence.counts) if evidence.counts is not None else None}
 
 
-def _case(case) -> dict:
+def _case(case: CaseRecord) -> dict:
     return {
         "classname": case.classname,
         "name": case.name,
@@ -52,12 +52,19 @@ def _case(case) -> dict:
         "rule": case.rule,
         "issue": case.issue,
         "message": case.message,
-        "attempts": [asdict(a) for a in case.attempts],
+        # Spelled out, not asdict(): asdict deep-copies every value, and there is an attempt per case and rerun.
+        "attempts": [{"outcome": a.outcome, "message": a.message, "source": a.source} for a in case.attempts],
         "properties": case.properties,
     }
 
 
+def _flat(record: object) -> dict:
+    """A dataclass of plain values as a dict; asdict() would deep-copy each value, once per record of thousands."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}  # type: ignore[arg-type]
+
+
 def to_document(report: Report, cells: bool = True) -> dict:
+    """compat.json as one value; ``cells=False`` leaves out what ``write`` streams (the cells, the contradictions)."""
     inputs = report.inputs
     return {
         "schema": REPORT_SCHEMA,
@@ -78,14 +85,14 @@ def to_document(report: Report, cells: bool = True) -> dict:
         "diff": asdict(report.diff) if report.diff else None,
         "probes": [asdict(p) for p in report.probes],
         "changes": [asdict(c) for c in report.changes],
-        "contradictions": [asdict(c) for c in report.contradictions],
+        "contradictions": [_flat(c) for c in report.contradictions] if cells else [],
     }
 
 
 def write(report: Report, path: Path) -> None:
-    """``to_document`` written a cell at a time: a large report never exists twice in memory."""
+    """``to_document`` written a record at a time: a large report never exists twice in memory."""
     document = to_document(report, cells=False)
-    del document["versions"]
+    del document["versions"], document["contradictions"]
     head = json.dumps(document, ensure_ascii=False)[:-1]
     with path.open("w") as f:
         f.write(head + ', "versions": [')
@@ -94,4 +101,7 @@ def write(report: Report, path: Path) -> None:
             for j, cell in enumerate(cells):
                 f.write(("," if j else "") + "\n" + json.dumps(_cell(report, cell), ensure_ascii=False))
             f.write("]}")
+        f.write('], "contradictions": [')
+        for i, contradiction in enumerate(report.contradictions):
+            f.write(("," if i else "") + "\n" + json.dumps(_flat(contradiction), ensure_ascii=False))
         f.write("]}\n")

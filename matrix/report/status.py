@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache, cached_property
 
 from packaging.version import InvalidVersion, Version
 
 from matrix.cells import CELLS, Cell, Runner
-from matrix.expectations import Rule, expected_values
-from matrix.report.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, CaseRecord, CellGroup, Inputs
+from matrix.envelope import Envelope
+from matrix.expectations import Expected, Rule, expected_values
+from matrix.plan import Execution
+from matrix.report.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, Attempt, CellGroup, Inputs, ReadCase
 
 
 class Status(enum.Enum):
@@ -43,13 +47,31 @@ class Status(enum.Enum):
 CELL_PRIORITY = (Status.REGRESSION, Status.FLAKY, Status.FIXED, Status.KNOWN_FAIL, Status.PASS, Status.SKIPPED)
 
 
+@dataclass(frozen=True, slots=True)
+class CaseRecord:
+    """One test case of one cell, judged: every attempt at it, its status, and the rule it was judged by."""
+
+    classname: str
+    name: str
+    attempts: tuple[Attempt, ...]
+    properties: Mapping[str, str]  # as the file states them (the wire format: every value a string)
+    status: Status
+    expected: str | None = None
+    rule: str | None = None
+    issue: str | None = None
+
+    @property
+    def message(self) -> str:
+        return next((a.message for a in self.attempts if a.outcome != PASSED and a.message), "")
+
+
 @dataclass
 class CellReport:
     cell: Cell
     vllm: str
     status: Status
     reason: str = ""
-    envelope: dict[str, str] = field(default_factory=dict)
+    envelope: Envelope | None = None  # None: no input mentions the cell
     cases: list[CaseRecord] = field(default_factory=list)
     age_days: float | None = None
     underlying: Status | None = None  # what a stale cell showed
@@ -70,13 +92,19 @@ class CellReport:
         return status_counts(self.cases)
 
     def observed(self, key: str, pin_env: str) -> str | None:
+        return self._gate_values.get((key, pin_env))
+
+    @cached_property
+    def _gate_values(self) -> dict[tuple[str, str], str]:
+        """(gate key, pin_env) -> what vLLM decided, the first case that says so: indexed once, not per question."""
+        values: dict[tuple[str, str], str] = {}
         for case in self.cases:
             p = case.properties
-            if p.get("gate_key") == key and p.get("pin_env") == pin_env and "observed" in p:
-                return p["observed"]
-        return None
+            if "gate_key" in p and "pin_env" in p and "observed" in p:
+                values.setdefault((p["gate_key"], p["pin_env"]), p["observed"])
+        return values
 
-    @property
+    @cached_property
     def summary(self) -> str:
         """One line of behaviour, e.g. 'pin off→on · UVA off→on · offload pageable-copy→uva'.
 
@@ -88,8 +116,7 @@ class CellReport:
             keys.append(("v2_buffer", ""))
         keys += [("offload_path", "offload"), ("repro", "repro")]
         for key, label in keys:
-            values = [self.observed(key, pin) for pin in ("unset", "1")]
-            values = [shown(v) for v in values if v is not None]
+            values = [shown(v) for pin in ("unset", "1") if (v := self.observed(key, pin)) is not None]
             if not values:
                 continue
             text = values[0] if len(set(values)) == 1 else "→".join(values)
@@ -121,31 +148,64 @@ def _outcome_status(outcome: str, message: str) -> Status:
     return Status.REGRESSION
 
 
-def judge_case(case: CaseRecord, rules: list[Rule], cell: Cell, vllm: str) -> CaseRecord:
-    """Set ``case.status`` (and the rule it was judged by), in place."""
-    outcomes = {a.outcome for a in case.attempts}
-    if PASSED in outcomes and outcomes & {FAILED, ERROR}:
-        case.status = Status.FLAKY
-        return case
-    last = case.attempts[-1]
-    case.status = _outcome_status(last.outcome, last.message)
+Resolver = Callable[[str], Mapping[str, Expected]]
+
+
+def resolver(rules: list[Rule], cell: Cell, vllm: str) -> Resolver:
+    """pin_env -> the cell's expected gate values under ``vllm``: resolved once per pin_env, not once per case."""
+
+    @cache
+    def expected(pin_env: str) -> Mapping[str, Expected]:
+        try:
+            return expected_values(rules, cell, vllm, pin_env)
+        except InvalidVersion:
+            return {}
+
+    return expected
+
+
+def judge_case(case: ReadCase, expected_for: Resolver) -> CaseRecord:
+    """The case's status: gate cases by the current rule for what vLLM decided, others by their JUnit outcome."""
+    attempts = tuple(case.attempts)
+    judged = CaseRecord(case.classname, case.name, attempts, case.properties, _by_outcome(attempts))
+    if judged.status is Status.FLAKY:
+        return judged
     properties = case.properties
     key, observed, pin_env = properties.get("gate_key"), properties.get("observed"), properties.get("pin_env")
     if key is None or observed is None or pin_env is None:
-        return case
-    try:
-        expected = expected_values(rules, cell, vllm, pin_env).get(key)
-    except InvalidVersion:
-        return case
+        return judged
+    expected = expected_for(pin_env).get(key)
     if expected is None:
-        return case
-    case.expected, case.rule, case.issue = str(expected.value), expected.rule.id, expected.known_issue
-    matches = observed == case.expected
+        return judged
+    matches = decided(observed, expected.value) == expected.value
     if expected.known_issue:
-        case.status = Status.FIXED if matches else Status.KNOWN_FAIL
+        status = Status.FIXED if matches else Status.KNOWN_FAIL
     else:
-        case.status = Status.PASS if matches else Status.REGRESSION
-    return case
+        status = Status.PASS if matches else Status.REGRESSION
+    return CaseRecord(
+        case.classname,
+        case.name,
+        attempts,
+        case.properties,
+        status,
+        str(expected.value),
+        expected.rule.id,
+        expected.known_issue,
+    )
+
+
+def _by_outcome(attempts: tuple[Attempt, ...]) -> Status:
+    outcomes = {a.outcome for a in attempts}
+    if PASSED in outcomes and outcomes & {FAILED, ERROR}:
+        return Status.FLAKY
+    return _outcome_status(attempts[-1].outcome, attempts[-1].message)
+
+
+def decided(observed: str, like: object) -> object:
+    """What vLLM decided, from the string a JUnit property carries, in the type of the rule's value."""
+    if isinstance(like, bool):
+        return {"True": True, "False": False}.get(observed, observed)
+    return observed
 
 
 def _age_days(started_at: str, now: dt.datetime) -> float | None:
@@ -199,7 +259,7 @@ def build_cells(
         by_cell.setdefault((version, cell_id), {})[execution] = group
     inputs.groups = {}
     versions = sorted({v for v, _ in by_cell}, key=_version_key, reverse=True) or [default_vllm]
-    reports = {}
+    reports: dict[str, list[CellReport]] = {}
     for v in versions:
         reports[v] = []
         for cell in CELLS:
@@ -208,7 +268,8 @@ def build_cells(
             report = _cell_report(cell, v, found.pop(ranked[0]) if ranked else None, rules, now, max_age_days, nox)
             for execution in ranked[1:]:
                 group = found[execution]
-                report.superseded[execution] = [judge_case(c, rules, cell, v) for c in group.cases.values()]
+                expected = resolver(rules, cell, v)
+                report.superseded[execution] = [judge_case(c, expected) for c in group.cases.values()]
             reports[v].append(report)
     return reports
 
@@ -217,7 +278,7 @@ def build_cells(
 EVIDENCE_STRENGTH = {"native": 0, "emulated": 1, "gate-only": 2}
 
 
-def _version_key(version: str):
+def _version_key(version: str) -> tuple[int, Version]:
     try:
         return (1, Version(version))
     except InvalidVersion:
@@ -238,18 +299,19 @@ def _cell_report(
         if record and record.result in ("failed", "aborted"):
             return CellReport(cell, vllm, Status.CRASHED, f"nox session {record.result}: {record.reason}".strip())
         return CellReport(cell, vllm, Status.MISSING, "no input mentions this cell")
-    newest = max(group.envelopes, key=lambda e: e.get("started_at", ""))
-    cases = [judge_case(case, rules, cell, vllm) for case in group.cases.values()]
+    newest = max(group.envelopes, key=lambda e: e.started_at)
+    expected = resolver(rules, cell, vllm)
+    cases = [judge_case(case, expected) for case in group.cases.values()]
     report = CellReport(
         cell,
         vllm,
         _cell_status(cases),
-        envelope=dict(newest),
+        envelope=newest,
         cases=cases,
-        age_days=_age_days(newest.get("started_at", ""), now),
+        age_days=_age_days(newest.started_at, now),
     )
-    if newest.get("execution") == "misrouted":
-        report.status, report.reason = Status.MISROUTED, newest.get("execution_reason", "")
+    if newest.execution is Execution.MISROUTED:
+        report.status, report.reason = Status.MISROUTED, newest.execution_reason
     elif cases and all(c.name == "no_results" for c in cases):
         record = nox.get(cell.id)
         report.status = Status.CRASHED

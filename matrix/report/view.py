@@ -329,7 +329,8 @@ class ReportView:
         env = cell.envelope
         provenance = None
         if env:
-            provenance = tuple((label, env[key]) for label, key in PROVENANCE if env.get(key))
+            props = env.to_properties()
+            provenance = tuple((label, props[key]) for label, key in PROVENANCE if props.get(key))
             if cell.age_days is not None:
                 provenance += (("age", f"{cell.age_days:g} days"),)
         failing = [case for case in cell.cases if case.status in FAILING]
@@ -365,7 +366,7 @@ def _title(cell: CellReport) -> str:
     env = cell.envelope
     bits = [f"{cell.cell.id}: {cell.status.value}"]
     if env:
-        bits.append(f"vLLM {env.get('vllm_version', '?')} · {env.get('gpu', '?')} · {env.get('runner_name', '?')}")
+        bits.append(f"vLLM {env.vllm_version or '?'} · {env.gpu or '?'} · {env.runner_name or '?'}")
         if cell.age_days is not None:
             bits.append(f"{cell.age_days:g} days old")
     elif cell.reason:

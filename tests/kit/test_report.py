@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from matrix.cells import CELLS
-from matrix.plan import cell_pytest_args
+from matrix.plan import Execution, cell_pytest_args
 from matrix.report import render_html, render_json, render_md
 from matrix.report.model import build_report
 from matrix.report.render_json import SCHEMA_FILE
@@ -241,7 +241,7 @@ def test_a_native_run_outranks_the_gate_prediction_and_both_are_kept(tmp_path):
         gate.read_text().replace('value="gate-only"', 'value="native"').replace('value="True"', 'value="False"')
     )
     cell = by_id(report_of(gate, native))["cuda-wsl2new-v1-graph"]
-    assert cell.envelope["execution"] == "native"
+    assert cell.envelope.execution is Execution.NATIVE
     assert cell.status is Status.REGRESSION  # the real host did not pin with the opt-in set
     assert [c.status for c in cell.superseded["gate-only"]] == [Status.PASS]
 
@@ -264,7 +264,7 @@ def test_real_cell_results_pass(tmp_path):
     v2 = cells["cuda-wsl2new-v2-graph"]
     assert v2.status is Status.PASS
     assert v2.summary == "pin off→on · UVA off→on · NonUvaBuffer→UvaBuffer · offload pageable-copy→uva"
-    assert v2.envelope["execution"] == "gate-only" and v2.age_days is not None
+    assert v2.envelope.execution is Execution.GATE_ONLY and v2.age_days is not None
     assert sum(c.status is Status.MISSING for c in cells.values()) == 22
 
 

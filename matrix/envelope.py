@@ -1,0 +1,140 @@
+"""The envelope: the provenance a cell's JUnit suite carries, as one typed record.
+
+On the wire it is a suite's ``<properties>`` (names and spellings fixed by
+``wslpin-kit.envelope/1``, read by every report since); in the kit it is an
+``Envelope``. ``matrix.junit`` writes it, ``matrix.report.reading`` reads it back,
+both through this module only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from matrix.cells import Cell
+from matrix.errors import MatrixError
+from matrix.plan import Execution
+
+ENVELOPE_SCHEMA = "wslpin-kit.envelope/1"
+
+# Property names in the order the kit writes them; the axes and the schema come from the cell and this module.
+_AXES = ("stack", "host", "runner", "mode")
+_TEXT = (
+    "execution_reason",
+    "vllm_version",
+    "vllm_commit",
+    "torch_version",
+    "torch_build",
+    "vllm_requires_torch",
+)
+_TEXT_AFTER_MISMATCH = ("kernel_release",)
+_TEXT_AFTER_WSL = (
+    "detected_host",
+    "gpu",
+    "gpu_driver",
+    "runner_name",
+    "kit_commit",
+    "started_at",
+    "env_hash",
+    "env_schema",
+)
+_IMAGE = ("image", "image_digest")
+_KNOWN = frozenset(
+    ("envelope_schema", "cell_id", *_AXES, "execution", *_TEXT, "torch_mismatch", *_TEXT_AFTER_MISMATCH, "wsl")
+    + (*_TEXT_AFTER_WSL, *_IMAGE)
+)
+_BOOLEANS = {"true": True, "false": False}
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """Who ran a cell, where, with what. Empty text: the writer had nothing to say (or an older kit did not ask)."""
+
+    cell: Cell
+    execution: Execution | None = None  # None: an envelope written by hand, without it
+    execution_reason: str = ""
+    # The release's results directory name (matrix.layout), so file and envelope agree.
+    vllm_version: str = ""
+    vllm_commit: str = ""
+    torch_version: str = ""
+    torch_build: str = ""  # "cuda 12.8", "hip 6.4", "cpu"; empty where torch is not installed
+    vllm_requires_torch: str = ""  # e.g. "torch==2.14.0"
+    torch_mismatch: bool | None = None  # None: unknown (no torch, or no pin to compare with)
+    kernel_release: str = ""
+    wsl: bool | None = None  # None: not recorded
+    detected_host: str = ""
+    gpu: str = ""
+    gpu_driver: str = ""
+    runner_name: str = ""
+    kit_commit: str = ""
+    started_at: str = ""  # ISO 8601, as written
+    env_hash: str = ""
+    env_schema: str = ""
+    # Set when the cell ran inside a container image (repro/container.py): which image, exactly.
+    image: str = ""
+    image_digest: str = ""
+    # Properties this kit does not know (a newer kit's, a runner's own): kept, in file order, for the provenance.
+    extra: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> Envelope:
+        """The envelope a suite's properties state; MatrixError (one line) for one this kit cannot read."""
+        schema = props.get("envelope_schema", ENVELOPE_SCHEMA)
+        if schema != ENVELOPE_SCHEMA:
+            raise MatrixError(f"envelope_schema {schema!r}, not {ENVELOPE_SCHEMA}: read it with the kit that wrote it")
+        if "cell_id" not in props:
+            raise MatrixError("no cell_id property")
+        try:
+            cell = Cell.parse(props["cell_id"])
+        except MatrixError as exc:
+            raise MatrixError(f"cell_id is not a cell: {exc}") from None
+        execution = props.get("execution")
+        return cls(
+            cell,
+            execution=_execution(execution) if execution is not None else None,
+            torch_mismatch=_boolean(props, "torch_mismatch", unknown="unknown"),
+            wsl=_boolean(props, "wsl"),
+            extra=tuple((k, v) for k, v in props.items() if k not in _KNOWN),
+            **{name: props.get(name, "") for name in (*_TEXT, *_TEXT_AFTER_MISMATCH, *_TEXT_AFTER_WSL, *_IMAGE)},
+        )
+
+    def to_properties(self) -> dict[str, str]:
+        """The suite properties, with exactly the names and spellings every kit version has written."""
+        cell = self.cell
+        props = {
+            "envelope_schema": ENVELOPE_SCHEMA,
+            "cell_id": cell.id,
+            "stack": cell.stack.value,
+            "host": cell.host.value,
+            "runner": cell.runner.value,
+            "mode": cell.mode.value,
+        }
+        if self.execution is not None:
+            props["execution"] = self.execution.value
+        props.update((name, getattr(self, name)) for name in _TEXT)
+        props["torch_mismatch"] = "unknown" if self.torch_mismatch is None else str(self.torch_mismatch).lower()
+        props.update((name, getattr(self, name)) for name in _TEXT_AFTER_MISMATCH)
+        if self.wsl is not None:
+            props["wsl"] = str(self.wsl).lower()
+        props.update((name, getattr(self, name)) for name in _TEXT_AFTER_WSL)
+        if self.image:
+            props.update((name, getattr(self, name)) for name in _IMAGE)
+        props.update(self.extra)
+        return props
+
+
+def _execution(text: str) -> Execution:
+    try:
+        return Execution(text)
+    except ValueError:
+        valid = ", ".join(e.value for e in Execution)
+        raise MatrixError(f"execution {text!r} is not one of {valid}") from None
+
+
+def _boolean(props: Mapping[str, str], name: str, unknown: str | None = None) -> bool | None:
+    text = props.get(name)
+    if text is None or text == unknown:
+        return None
+    if text not in _BOOLEANS:
+        raise MatrixError(f"{name} {text!r} is not true or false")
+    return _BOOLEANS[text]
