@@ -254,7 +254,7 @@ def wsl_cuda_graph(session: nox.Session) -> None:
 @nox.session
 def report(session: nox.Session) -> None:
     """Merge JUnit from any runners (default: results/) into build/report/: the table as Markdown, HTML, JSON."""
-    session.install("-e", ".")
+    session.install("-e", ".[report]")
     args = session.posargs or [str(RESULTS)]
     if "--out" not in args:
         args = [*args, "--out", str(REPORT)]
@@ -311,7 +311,7 @@ def history(session: nox.Session) -> None:
 @nox.session(default=False, requires=["history"])
 def publish(session: nox.Session) -> None:
     """Regenerate docs/matrix/ (the published table) from results/history/ and any docs/probe/*.json."""
-    session.install("-e", ".")
+    session.install("-e", ".[report]")
     session.run(
         "python",
         "-m",
@@ -355,7 +355,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench_report(session: nox.Session) -> None:
     """Time the report against `junitparser merge` on synthetic results (24 cells x 8 releases x 200 cases, x10)."""
-    session.install("-e", ".")
+    session.install("-e", ".[report]")
     session.run("python", "benchmarks/bench_report.py", *session.posargs)
 
 
@@ -486,7 +486,7 @@ def lint(session: nox.Session) -> None:
         "ruff==0.17.6", "zizmor==1.32.0", "check-jsonschema==0.39.0", "mypy==2.4.1", "types-defusedxml", "types-docker"
     )
     # The kit's own dependencies, so mypy checks the calls into them (torch and vLLM excepted: see pyproject).
-    session.install("-e", ".[bench,cell,container,repro]")
+    session.install("-e", ".[bench,cell,container,report,repro]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")

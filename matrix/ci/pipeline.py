@@ -95,6 +95,7 @@ def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:
             "commands": [
                 "buildkite-agent artifact download 'results/**/*' .",
                 "buildkite-agent artifact download 'nox-*.json' . || true",
+                "python -m pip install -e '.[report]'",
                 "python -m matrix report results/ --out report/",
                 "buildkite-agent annotate --style info < report/COMPATIBILITY.md",
             ],

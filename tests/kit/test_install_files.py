@@ -65,7 +65,7 @@ def _third_party_imports(*folders: str) -> set[str]:
                     names.update(alias.name.split(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names.add(node.module.split(".")[0])
-    own = {"matrix", "repro", "tools"} | {source.stem for source in (ROOT / "tests").rglob("*.py")}
+    own = {"matrix", "repro", "tools", "noxfile"} | {source.stem for source in (ROOT / "tests").rglob("*.py")}
     return names - set(sys.stdlib_module_names) - {"__future__"} - own
 
 
