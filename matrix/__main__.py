@@ -13,6 +13,7 @@ from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.host import classify, facts
 from matrix.plan import Execution, Plan, load_plan
+from matrix.records import read_record
 from matrix.releases import VLLM_VERSION
 
 
@@ -95,15 +96,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 def _env_record(path: Path) -> dict:
     """The record ``python -m matrix env`` wrote, or one line saying how to write it."""
     again = f"write it with `python -m matrix env --out {path}`"
-    if not path.exists():
-        raise MatrixError(f"--env {path} does not exist: {again}")
-    try:
-        record = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MatrixError(f"--env {path} is not JSON ({exc}): {again}") from None
-    if not isinstance(record, dict) or record.get("schema") != classify.ENV_SCHEMA:
-        raise MatrixError(f"--env {path} is not an environment record (schema {classify.ENV_SCHEMA}): {again}")
-    return record
+    return read_record(path, classify.ENV_SCHEMA, f"--env {path}", "an environment record", again)
 
 
 def cmd_split(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from matrix.cells import Cell, Host, Stack, select
 from matrix.errors import MatrixError
 from matrix.host.classify import DetectedHost, detect, detected_from_record
 from matrix.host.facts import collect_facts
+from matrix.records import read_record
 
 PLAN_SCHEMA = "wslpin-kit.plan/1"
 
@@ -148,14 +149,7 @@ class Plan:
 def load_plan(path: Path) -> Plan:
     """The plan ``python -m matrix plan --out`` wrote, or one line saying how to write it."""
     again = f"write it with `python -m matrix plan --cells CELLS --env ENV.json --out {path}`"
-    if not path.is_file():
-        raise MatrixError(f"plan {path} does not exist: {again}")
-    try:
-        record = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MatrixError(f"plan {path} is not JSON ({exc}): {again}") from None
-    if not isinstance(record, dict) or record.get("schema") != PLAN_SCHEMA:
-        raise MatrixError(f"plan {path} is not a plan record (schema {PLAN_SCHEMA}): {again}")
+    record = read_record(path, PLAN_SCHEMA, f"plan {path}", "a plan record", again)
     try:
         host = record["host"]
         here = DetectedHost(
