@@ -312,19 +312,9 @@ def history(session: nox.Session) -> None:
 def publish(session: nox.Session) -> None:
     """Regenerate docs/matrix/ (the published table) from results/history/ and any docs/probe/*.json."""
     session.install("-e", ".[report]")
-    session.run(
-        "python",
-        "-m",
-        "matrix",
-        "report",
-        str(RESULTS / "history"),
-        "--probes",
-        str(ROOT / "docs" / "probe"),
-        "--bench",
-        str(ROOT / "docs" / "bench"),
-        "--out",
-        str(ROOT / "docs" / "matrix"),
-    )
+    # Paths relative to the kit (nox runs in its directory): the published inputs name no machine's disk.
+    inputs = ("results/history", "--probes", "docs/probe", "--bench", "docs/bench")
+    session.run("python", "-m", "matrix", "report", *inputs, "--out", "docs/matrix")
 
 
 @nox.session(default=False)
