@@ -147,6 +147,7 @@ def main() -> int:
     parser.add_argument("--scaling", action="store_true", help="time per release and per rerun at growing sizes")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-report-"))
+    work.mkdir(parents=True, exist_ok=True)
     if args.scaling:
         time_per_unit(work)
         if not args.work:
