@@ -1,15 +1,22 @@
 """COMPATIBILITY.md: the view model (view.py) as Markdown: grids, sections, footnotes, then test x cell detail.
 
-It must fit a GitHub step summary (1 MiB): past that the detail is cut, never
-the grid, and the file says so. Every string from the inputs is escaped.
+It must fit a GitHub step summary (1 MiB), however many contradictions or
+problems a report has, and is produced as a stream of lines against that byte
+budget: the header, the grids, the legend and the footnotes are never cut;
+every other list is cut where the budget ends, is not even put into words past
+it, and one note at the end names what was left out. Every string from the
+inputs is escaped.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import chain
 
 from matrix.report.model import Report
-from matrix.report.view import DetailView, ReleaseView, Style, build_view, spell
+from matrix.report.view import ReleaseView, ReportView, Section, Style, build_view, spell
 
 STEP_SUMMARY_LIMIT = 1 << 20
 _SPECIAL = {c: f"&#{ord(c)};" for c in "|`*_[]\\~#!<>"}
@@ -45,14 +52,35 @@ def _grid(release: ReleaseView, footnotes: dict[str, int]) -> list[str]:
     return lines
 
 
-def _detail(detail: DetailView) -> list[str]:
-    lines = [_row(["test", *(f"`{c}`" for c in detail.cell_ids)]), "|---" * (len(detail.cell_ids) + 1) + "|"]
-    lines += [_row([md(row.name), *(look.glyph if look else "" for look in row.looks)]) for row in detail.rows]
-    return lines
+def _detail(view: ReportView, vllm: str) -> Iterator[str]:
+    detail = view.detail(vllm)  # only once the budget reaches it
+    yield _row(["test", *(f"`{c}`" for c in detail.cell_ids)])
+    yield "|---" * (len(detail.cell_ids) + 1) + "|"
+    for row in detail.rows:
+        yield _row([md(row.name), *(look.glyph if look else "" for look in row.looks)])
 
 
-def render(report: Report, limit: int = STEP_SUMMARY_LIMIT) -> str:
-    view = build_view(report)
+def _items(section: Section) -> Iterator[str]:
+    for item in section.items:
+        yield f"- {spell(item.phrase, _MARKS)}" + "".join(f"<br>↳ {md(note)}" for note in item.notes)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """Lines of the file in order. ``cut`` names a list that may be cut (None: never cut);
+    ``lines`` are produced only if the budget reaches them."""
+
+    cut: str | None
+    lines: Iterable[str]
+
+
+def _blocks(view: ReportView) -> tuple[list[_Block], Iterator[_Block]]:
+    """The file as (blocks built up front, blocks produced as the budget reaches them).
+
+    The grids come first and number the footnotes, which follow the sections: so
+    the releases and the footnotes are built before anything is measured; the
+    sections and the detail, which grow with the inputs, are produced lazily.
+    """
     h = view.header
     head = [
         f"# {view.title}",
@@ -64,38 +92,92 @@ def render(report: Report, limit: int = STEP_SUMMARY_LIMIT) -> str:
         "",
     ]
     footnotes: dict[str, int] = {}
-    body: list[str] = []
+    releases = [_Block(None, head)]
     for release in view.releases():
-        body += [f"## vLLM {md(release.vllm)}", ""] + _grid(release, footnotes) + [""]
-        body += [f"Evidence: {md(sentence)} ({n} cells)" for sentence, n in release.evidence] + [""]
-        body += [f"- `{cell}`: {md(sentence)}" for cell, sentence in release.benches] + (
-            [""] if release.benches else []
-        )
-    for section in view.sections():
-        body += [f"{'#' * section.level} {section.title}", ""]
-        body += [
-            f"- {spell(item.phrase, _MARKS)}" + "".join(f"<br>↳ {md(note)}" for note in item.notes)
-            for item in section.items
-        ]
-        body.append("")
+        releases.append(_Block(None, [f"## vLLM {md(release.vllm)}", "", *_grid(release, footnotes), ""]))
+        releases.append(_Block("the evidence tallies", [f"Evidence: {md(s)} ({n} cells)" for s, n in release.evidence]))
+        releases.append(_Block(None, [""]))
+        if release.benches:
+            releases.append(_Block("the benchmarks", [f"- `{cell}`: {md(s)}" for cell, s in release.benches]))
+            releases.append(_Block(None, [""]))
+    sections = list(view.sections())
     notes = [f"[^{n}]: {issue}" for issue, n in sorted(footnotes.items(), key=lambda kv: kv[1])]
     notes += [""] if notes else []
-    text = "\n".join(head + body + notes)
-    detail: list[str] = []
-    for vllm in view.release_names:
-        detail += ["", f"## Detail: test × cell, vLLM {md(vllm)}", ""] + _detail(view.detail(vllm))
-    full = text + "\n".join(detail) + "\n"
-    if len(full.encode()) <= limit:
-        return full
-    cut_note = (
-        f"\n_The test × cell detail was cut to fit GitHub's {limit >> 10} KiB step-summary limit; "
-        "index.html and compat.json hold all of it._\n"
+
+    def rest() -> Iterator[_Block]:
+        for section in sections:
+            heading = [f"{'#' * section.level} {section.title}", ""]
+            if section.key == "legend":
+                yield _Block(None, [*heading, *_items(section)])
+            else:
+                yield _Block(section.title, chain(heading, _items(section)))
+            yield _Block(None, [""])
+        yield _Block(None, notes)
+        for index, vllm in enumerate(view.release_names):
+            heading = ([""] if index else []) + [f"## Detail: test × cell, vLLM {md(vllm)}", ""]
+            yield _Block("the test × cell detail", chain(heading, _detail(view, vllm)))
+
+    return releases, rest()
+
+
+def _size(line: str) -> int:
+    return len(line.encode()) + 1
+
+
+def _cut_note(limit: int, cut: Iterable[str]) -> str:
+    return (
+        f"_This file was cut to fit GitHub's {limit >> 10} KiB step-summary limit; left out, in part or whole: "
+        f"{', '.join(cut)}. index.html and compat.json hold all of it._"
     )
-    budget = limit - len(text.encode()) - len(cut_note.encode())
-    kept, size = [], 0
-    for line in detail:
-        size += len(line.encode()) + 1
-        if size > budget:
-            break
-        kept.append(line)
-    return text + "\n".join(kept) + cut_note
+
+
+def lines(report: Report, limit: int = STEP_SUMMARY_LIMIT) -> Iterator[str]:
+    """COMPATIBILITY.md line by line, at most ``limit`` bytes in all (beyond what is never cut)."""
+    releases, rest = _blocks(build_view(report))
+    # A list is cut where it would overrun the limit; never-cut lines after it (the footnotes, a
+    # blank line) are kept regardless, and _make_room then takes back as many lines as they need.
+    kept: list[tuple[str | None, str]] = []
+    used = 0
+    cut: dict[str, None] = {}  # the lists left out, in order
+    for block in chain(releases, rest):
+        if block.cut is None:
+            for line in block.lines:
+                kept.append((None, line))
+                used += _size(line)
+            continue
+        if cut:  # past the budget: name the list, never put it into words
+            cut[block.cut] = None
+            continue
+        for line in block.lines:
+            if used + _size(line) > limit:
+                cut[block.cut] = None
+                break
+            kept.append((block.cut, line))
+            used += _size(line)
+    if cut or used > limit:
+        kept = _make_room(kept, used, limit, cut)
+    for _, line in kept:
+        yield line
+    if cut:
+        yield ""
+        yield _cut_note(limit, cut)
+
+
+def _make_room(
+    kept: list[tuple[str | None, str]], used: int, limit: int, cut: dict[str, None]
+) -> list[tuple[str | None, str]]:
+    """Drop the last lines that may be cut until the rest and the note saying so fit (naming their lists in it)."""
+    drop = set()
+    index = len(kept)
+    while used + _size("") + _size(_cut_note(limit, cut)) > limit and index > 0:
+        index -= 1
+        part, line = kept[index]
+        if part is not None:
+            drop.add(index)
+            used -= _size(line)
+            cut.setdefault(part, None)
+    return [entry for i, entry in enumerate(kept) if i not in drop]
+
+
+def render(report: Report, limit: int = STEP_SUMMARY_LIMIT) -> str:
+    return "".join(line + "\n" for line in lines(report, limit))

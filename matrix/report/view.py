@@ -216,7 +216,10 @@ class CellView:
     evidence_line: str  # the first evidence, short
     bench: BenchLine | None
     command: str
-    timeline: tuple[TimelineStep, ...]  # the cell across releases, oldest first; empty with one release
+    # The cell across releases, oldest first, shown once: in the newest release's grid (so the page
+    # grows linearly with releases); older releases' cells name that release in timeline_in instead.
+    timeline: tuple[TimelineStep, ...]
+    timeline_in: str  # "" where the timeline is shown here, or there is none (one release)
     issues: tuple[str, ...]
     failing: tuple[FailingCase, ...]
     more_failing: int  # failing cases not listed
@@ -340,6 +343,10 @@ class ReportView:
                 source = " (test server)" if found.bench.server == "fake" else ""
                 bench_line = BenchLine(evidence_sentence(found), f"bench{source}: {found.bench.verdict}")
         timeline = self.timelines.get(cell.cell.id, ())
+        if len(timeline) < 2:
+            timeline = ()
+        newest = self.release_names[0]
+        here = cell.vllm == newest
         return CellView(
             id=cell.cell.id,
             look=LOOKS[cell.status],
@@ -352,7 +359,8 @@ class ReportView:
             evidence_line=_evidence_words(evidence[0])[0] if evidence else "",
             bench=bench_line,
             command=cell.command,
-            timeline=timeline if len(timeline) > 1 else (),
+            timeline=timeline if here else (),
+            timeline_in=newest if timeline and not here else "",
             issues=tuple(cell.issues),
             failing=tuple(
                 FailingCase(LOOKS[case.status], case.name, case.message[:MESSAGE_CHARS])

@@ -47,6 +47,20 @@ def test_a_change_between_releases_names_the_rule_that_explains_it(tmp_path):
     assert [c.vllm for c in report.timeline("rocm-wsl2new-v1-graph")] == ["0.27.0", "0.28.0"]
 
 
+def test_the_page_shows_a_cells_timeline_once_in_the_newest_release(tmp_path):
+    versions = ("0.26.0", "0.27.0", "0.28.0")
+    report = build_report(
+        [str(rocm_new_kernel(tmp_path, v, "True" if v == "0.28.0" else "False")) for v in versions],
+        kit_commit="t",
+        now=NOW,
+    )
+    page = render_html.render(report)
+    assert page.count('<ol class="timeline">') == 24  # every cell of 0.28.0, none of the older releases
+    assert page.count("across releases: see vLLM 0.28.0") == 48
+    newest = next(build_view(report).releases()).rows[0].cells[0]
+    assert [step.vllm for step in newest.timeline] == list(versions)
+
+
 def test_evidence_and_probes(tmp_path):
     probes = tmp_path / "probes"
     probes.mkdir()

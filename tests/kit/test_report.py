@@ -306,6 +306,29 @@ def test_markdown_fits_a_step_summary_by_cutting_detail_never_the_grid(tmp_path)
     assert text.count("| **CUDA** · native Linux |") == 1 and "| **ROCm** · WSL2 kernel ≥ 4.19.121 |" in text
 
 
+def test_markdown_cuts_any_long_list_where_the_budget_ends_and_says_so(tmp_path):
+    # Every case contradicts the rule wsl-no-pin: the contradictions alone are far over 1 MiB.
+    cases = [gate_case(f"test_pin_contradicted_{i:06d}", "pin", "unset", "True") for i in range(12_000)]
+    report = report_of(write_suite(tmp_path / "big.xml", "cuda-wsl2new-v1-eager", cases))
+    assert len(report.contradictions) == 12_000
+    text = render_md.render(report)
+    assert len(text.encode()) <= 1 << 20
+    assert text.count("| **CUDA** · native Linux |") == 1 and "| **ROCm** · WSL2 kernel ≥ 4.19.121 |" in text
+    assert "### Legend" in text and "★ **fixed**" in text
+    listed = text.count("- rule `wsl-no-pin` expects")
+    assert 0 < listed < 12_000
+    (note,) = [line for line in text.splitlines() if "was cut to fit" in line]
+    assert "Rules the results contradict" in note and "the test × cell detail" in note
+    assert text.endswith(note + "\n") and "## Detail" not in text
+
+
+def test_markdown_under_the_limit_is_never_cut(corpus_report):
+    text = render_md.render(corpus_report)
+    assert "was cut to fit" not in text
+    cut = render_md.render(corpus_report, limit=len(text.encode()) - 1)
+    assert "was cut to fit" in cut and len(cut.encode()) <= len(text.encode()) - 1
+
+
 def test_diff_with_the_previous_report(tmp_path):
     was = write_suite(tmp_path / "was.xml", "cuda-wsl2new-v2-graph", [gate_case("p", "pin", "unset", "False")])
     previous = render_json.to_document(report_of(was))
