@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import json
 import sys
 from pathlib import Path
@@ -167,6 +168,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
     except InputError as exc:
         raise MatrixError(str(exc)) from None
+    # The report's records live until this process ends: frozen (after a collection, so no garbage
+    # is frozen with them), the full collections while its outputs are written skip them instead of
+    # rescanning them all each time, which made writing grow faster than the input. Here, not in
+    # build_report: freezing is a decision about the whole process.
+    gc.collect()
+    gc.freeze()
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

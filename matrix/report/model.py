@@ -295,11 +295,6 @@ def build_report(
         versions = build_cells(read, rules, now, max_age_days, nox_records(nox_report or {}))
     finally:
         gc.enable()
-    # Those records then live as long as the report: frozen (after a collection, so no garbage is
-    # frozen with them), the full collections while its outputs are written skip them instead of
-    # rescanning them all each time, which made writing grow faster than the input.
-    gc.collect()
-    gc.freeze()
     report = Report(
         now,
         kit_commit,
