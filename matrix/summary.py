@@ -8,6 +8,7 @@ report never disagree about the same file.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from matrix.errors import MatrixError
 from matrix.expectations import load_rules
 from matrix.report.reading import Inputs, read_file
 from matrix.report.status import CellReport, Status, build_cells, shown
+from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY
 
 # Which column of the table each case status counts in; "fail" is what --strict fails on.
 COUNTED = {
@@ -37,7 +39,7 @@ class CellSummary:
     failed: int = 0
     known: int = 0  # expected failures naming their issue
     skipped: int = 0
-    observed: dict[tuple[str, str], str] = field(default_factory=dict)  # (key, pin_env) -> value
+    observed: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (key, pin_env) -> value
     failures: list[str] = field(default_factory=list)
 
 
@@ -56,7 +58,7 @@ def summarize(path: Path) -> CellSummary:
 def _summary(report: CellReport) -> CellSummary:
     env = report.envelope
     execution = env.execution.value if env and env.execution else "?"
-    summary = CellSummary(report.cell.id, execution, report.vllm)
+    summary = CellSummary(report.cell.id, execution, report.vllm, observed=report.gate_values)
     for case in report.cases:
         column = COUNTED[case.status]
         if column == "pass":
@@ -68,14 +70,11 @@ def _summary(report: CellReport) -> CellSummary:
             summary.known += 1
         else:
             summary.skipped += 1
-        p = case.properties
-        if "gate_key" in p and "observed" in p:
-            summary.observed[(p["gate_key"], p.get("pin_env", ""))] = p["observed"]
     return summary
 
 
 def _pair(summary: CellSummary, key: str) -> str:
-    values = [summary.observed.get((key, pin), "-") for pin in ("unset", "1")]
+    values = [summary.observed.get((key, pin), "-") for pin in GATE_PIN_VALUES]
     values = [shown(v) for v in values]
     return values[0] if values[0] == values[1] else f"{values[0]} / {values[1]}"
 
@@ -107,7 +106,7 @@ def render(summaries: list[CellSummary]) -> str:
     versions = sorted({s.vllm for s in summaries})
     lines.append("")
     lines.append(
-        f"vLLM {', '.join(versions)}; values are VLLM_WSL2_ENABLE_PIN_MEMORY unset / =1 "
+        f"vLLM {', '.join(versions)}; values are {PIN_MEMORY.name} unset / =1 "
         "(one value when both agree); known = expected failure with its issue."
     )
     for s in summaries:

@@ -17,6 +17,7 @@ from markupsafe import Markup, escape
 
 from matrix.report.model import Report
 from matrix.report.view import Phrase, Style, build_view, spell
+from matrix.variables import PIN_MEMORY
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
@@ -42,7 +43,7 @@ _TEMPLATES.filters["phrase"] = _phrase
 
 def chunks(report: Report) -> Iterator[str]:
     """The page, piece by piece: a large report is written without ever holding it whole."""
-    return _TEMPLATES.get_template("page.html.j2").generate(view=build_view(report))
+    return _TEMPLATES.get_template("page.html.j2").generate(view=build_view(report), pin_variable=PIN_MEMORY.name)
 
 
 def render(report: Report) -> str:

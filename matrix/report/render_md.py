@@ -17,6 +17,7 @@ from itertools import chain
 
 from matrix.report.model import Report
 from matrix.report.view import ReleaseView, ReportView, Section, Style, build_view, spell
+from matrix.variables import PIN_MEMORY
 
 STEP_SUMMARY_LIMIT = 1 << 20
 _SPECIAL = {c: f"&#{ord(c)};" for c in "|`*_[]\\~#!<>"}
@@ -88,7 +89,7 @@ def _blocks(view: ReportView) -> tuple[list[_Block], Iterator[_Block]]:
         f"Generated {h.generated} UTC by kit `{md(h.kit_commit)}` from {h.files} file(s), {h.testcases} test case(s). "
         f"Unattributed: {h.unattributed}, unreadable: {h.unreadable}. "
         "Rows: GPU stack × host; columns: model runner × graph mode; *a→b*: "
-        "`VLLM_WSL2_ENABLE_PIN_MEMORY` unset gives *a*, `=1` gives *b*.",
+        f"`{PIN_MEMORY.name}` unset gives *a*, `=1` gives *b*.",
         "",
     ]
     footnotes: dict[str, int] = {}

@@ -20,6 +20,7 @@ from matrix.envelope import Envelope
 from matrix.expectations import Expected, Rule, expected_values
 from matrix.plan import Execution
 from matrix.report.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, Attempt, CellGroup, Inputs, ReadCase
+from matrix.variables import GATE_PIN_VALUES
 
 
 class Status(enum.Enum):
@@ -92,10 +93,10 @@ class CellReport:
         return status_counts(self.cases)
 
     def observed(self, key: str, pin_env: str) -> str | None:
-        return self._gate_values.get((key, pin_env))
+        return self.gate_values.get((key, pin_env))
 
     @cached_property
-    def _gate_values(self) -> dict[tuple[str, str], str]:
+    def gate_values(self) -> dict[tuple[str, str], str]:
         """(gate key, pin_env) -> what vLLM decided, the first case that says so: indexed once, not per question."""
         values: dict[tuple[str, str], str] = {}
         for case in self.cases:
@@ -116,7 +117,7 @@ class CellReport:
             keys.append(("v2_buffer", ""))
         keys += [("offload_path", "offload"), ("repro", "repro")]
         for key, label in keys:
-            values = [shown(v) for pin in ("unset", "1") if (v := self.observed(key, pin)) is not None]
+            values = [shown(v) for pin in GATE_PIN_VALUES if (v := self.observed(key, pin)) is not None]
             if not values:
                 continue
             text = values[0] if len(set(values)) == 1 else "→".join(values)

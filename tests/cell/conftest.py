@@ -18,6 +18,7 @@ from matrix.errors import MatrixError
 from matrix.expectations import GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.host import classify, facts
 from matrix.plan import CellPlan, Plan, load_plan
+from matrix.variables import GATE_PIN_VALUES
 from repro import gate, offload
 
 BUILD = Path(__file__).resolve().parents[2] / "build"
@@ -101,7 +102,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for cell in plans:
         if only is not None and cell.host not in only.args:
             continue
-        for pin_env in ("unset", "1") if "pin_env" in names else (None,):
+        for pin_env in GATE_PIN_VALUES if "pin_env" in names else (None,):
             for key in GATE_VALUE_KEYS if "gate_key" in names else (None,):
                 if key == "v2_buffer" and cell.runner.value != "v2":
                     continue  # the V1 runner has no UVA buffers
