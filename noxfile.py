@@ -27,9 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from matrix.cells import CELLS, Host, select  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
-from matrix.host import classify, facts  # noqa: E402
 from matrix.layout import run_dir  # noqa: E402
-from matrix.plan import Plan, cell_pytest_args, plan_cells  # noqa: E402
+from matrix.plan import Plan, cell_pytest_args  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 from tools import clean_machine as clean  # noqa: E402
 from tools import docker_smoke as smoke  # noqa: E402
@@ -333,7 +332,7 @@ def bench(session: nox.Session) -> None:
         session.install("-e", ".[bench]")
     else:
         try:
-            (plan,) = plan_cells(select(bench_args.cell), classify.detect(facts.collect_facts()))
+            (plan,) = Plan.detected(select(bench_args.cell)).cells
             # Checked before installing vLLM's full stack (GBs) for nothing.
             plan.require_gpu("serve vLLM", "add `-- --server fake` to run the benchmark against the kit's test server")
         except MatrixError as exc:

@@ -34,7 +34,7 @@ SHOWN = ("imports", "platform_pin", "pin", "uva", "warning", "v2_buffer", "offlo
 def cmd_gate(args: argparse.Namespace) -> int:
     from repro import gate
 
-    plans = plan_cells(select(args.cells), classify.detect(facts.collect_facts()))
+    plans = Plan.detected(select(args.cells)).cells
     requests = gate.requests_for(plans)
     started = time.perf_counter()
     outcomes = gate.evaluate(requests, timeout=args.timeout, jobs=args.jobs)
@@ -72,7 +72,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
 def cmd_offload_graph(args: argparse.Namespace) -> int:
     cell = Cell.parse(args.cell)
-    (plan,) = plan_cells([cell], classify.detect(facts.collect_facts()))
+    (plan,) = Plan.detected([cell]).cells
     plan.require_gpu("run", "run it on the cell's GPU")
     from repro.tinymodel import tiny_model
 

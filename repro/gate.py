@@ -15,6 +15,7 @@ import logging
 import os
 import traceback
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from matrix.cells import Cell, Host, Runner, Stack
@@ -195,7 +196,7 @@ def preload() -> None:
             pass
 
 
-def requests_for(plans: list[CellPlan]) -> list[GateRequest]:
+def requests_for(plans: Iterable[CellPlan]) -> list[GateRequest]:
     """The distinct host evaluations the planned cells need, for both ``pin_env`` values."""
     return sorted({GateRequest.for_cell(p.cell, pin_env, p.execution) for p in plans for pin_env in GATE_PIN_VALUES})
 
