@@ -159,5 +159,8 @@ def _follow(container: Any, log: Path, timeout: float) -> tuple[int | None, bool
         code = container.wait()["StatusCode"]
     finally:
         timer.cancel()
+        # The kill ends the log stream before ``fired`` is set: wait for the
+        # timer's thread so a timeout is never read as an exit of 137.
+        timer.join()
     container.reload()
     return (None if fired.is_set() else code), bool(container.attrs["State"].get("OOMKilled"))
