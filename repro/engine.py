@@ -71,6 +71,23 @@ def _without_missing_flashinfer() -> None:
             sampler.flashinfer_sampler_supported = lambda: False
 
 
+def engine_kwargs(spec: dict) -> dict:
+    """The keyword arguments of vLLM's ``LLM`` for one run: the one place they are written."""
+    return dict(
+        model=spec["model"],
+        cpu_offload_gb=1 if spec["offload"] else 0,
+        enforce_eager=spec["mode"] == "eager",
+        # Triton attention exists on CUDA and ROCm alike, so every cell runs the same kernels.
+        attention_backend="TRITON_ATTN",
+        dtype="float16",
+        max_model_len=256,
+        seed=0,
+        # Small and fixed: memory profiling is skipped, so engines can share a GPU.
+        gpu_memory_utilization=0.05,
+        kv_cache_memory_bytes=256 << 20,
+    )
+
+
 def run(spec: dict) -> dict:
     if spec["present_host"]:
         emulation.present_host(Host(spec["host"]))
@@ -81,19 +98,7 @@ def run(spec: dict) -> dict:
         from vllm import LLM, SamplingParams
 
         _without_missing_flashinfer()
-        llm = LLM(
-            model=spec["model"],
-            cpu_offload_gb=1 if spec["offload"] else 0,
-            enforce_eager=spec["mode"] == "eager",
-            # Triton attention exists on CUDA and ROCm alike, so every cell runs the same kernels.
-            attention_backend="TRITON_ATTN",
-            dtype="float16",
-            max_model_len=256,
-            seed=0,
-            # Small and fixed: memory profiling is skipped, so engines can share a GPU.
-            gpu_memory_utilization=0.05,
-            kv_cache_memory_bytes=256 << 20,
-        )
+        llm = LLM(**engine_kwargs(spec))
         result["started_s"] = round(time.monotonic() - started, 2)
         try:
             result["offload"] = llm.apply_model(offload_stats)[0]
