@@ -160,6 +160,7 @@ def probe_results(request, plans):
 def test_bare_torch_probe(probe_results, tag, plans, cell, section):
     """The pinned-memory mechanism in bare torch on this machine's GPU (no vLLM), in the cell's own host only."""
     plan = plans[cell]
+    _needs_gpu(plan)
     if plan.execution is not Execution.NATIVE:
         pytest.skip(
             "the probe measures this machine itself: it runs only in a cell planned native, "

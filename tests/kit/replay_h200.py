@@ -125,6 +125,9 @@ def _execution(host: Host) -> Execution:
 
 
 def _gate_answer(request: GateRequest) -> Outcome:
+    # Not vLLM's gate run here: for a cell planned on a GPU the gate stubs nothing, and without one
+    # vLLM falls back to its unspecified platform (a new WSL2 kernel with the variable set then
+    # reads as unpinned), so the H200's own answers are replayed instead.
     pins = _pins(request.host, request.pin_env)
     # The UVA offloader takes UVA where it exists; without pinned memory it copies pageable weights.
     path = "uva" if pins else "pageable-copy"
