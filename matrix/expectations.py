@@ -37,6 +37,9 @@ GATE_KEYS = {
 REPRO_KEYS = {
     "repro": "the offloaded engine run: works, or its failure kind (repro/failures.py)",
     "offloaded": "parameters really left device memory with cpu_offload_gb=1",
+    "minimal_repro": "the minimal form (native Linux, vLLM's switches that take UVA and pinned memory from "
+    "the offloader): works, or its failure kind",
+    "minimal_offload_path": "the path the minimal form's offloader took (pageable-copy; none: nothing offloaded)",
 }
 
 

@@ -232,8 +232,9 @@ def cmd_container(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # gate and container need the kit's dependencies (packaging, junitparser): imported here, inside
-    # run_command_line, a Python without them gets one line saying how to install them, not a traceback.
+    # Imported here, inside run_command_line: a Python without what they import gets one line
+    # saying how to install it, not a traceback. Neither may import junitparser, defusedxml, docker
+    # or nox on import: `probe` and `offload-graph` run where those are missing (tests/kit/test_lazy_imports.py).
     from repro import container, gate
 
     parser = argparse.ArgumentParser(prog="python -m repro", description=__doc__)

@@ -26,37 +26,50 @@ PROMPTS = ([1, 17, 42, 99, 123, 7, 256, 311], [1, 300, 301, 302, 55])
 MAX_TOKENS = 16
 
 
-def _allocator_segments() -> list[tuple[int, int]]:
-    import torch
-
-    return [(s["address"], s["address"] + s["total_size"]) for s in torch.cuda.memory_snapshot()]
-
-
 def offload_stats(model: torch.nn.Module) -> dict:
-    """Where the model's parameters live, as vLLM left them.
+    """Where the model's parameters live, by vLLM's own account.
 
-    A UVA-offloaded parameter is a device tensor whose memory is pinned host
-    memory: it is not inside any block of torch's CUDA allocator. vLLM marks
-    them too (``_vllm_is_uva_offloaded``), but not in every release.
+    A UVA-offloaded parameter is a device tensor over pinned host memory: nothing about the
+    tensor tells it from device memory, so only vLLM's marker counts it. The offloader vLLM
+    registered says how many bytes it moved. Where a release has neither, ``offloaded_bytes``
+    is None and no judgement is made (``repro.offload.EngineResult.offload_proven``).
     """
     if not hasattr(model, "parameters") and hasattr(model, "unwrap"):
         model = model.unwrap()  # a runner's CUDA-graph wrapper around the module
-    segments = _allocator_segments()
+    return {**parameter_stats(model), **offloader_stats(_registered_offloader())}
 
-    def device_owned(p: torch.Tensor) -> bool:
-        return any(lo <= p.data_ptr() < hi for lo, hi in segments)
 
+def parameter_stats(model: torch.nn.Module) -> dict[str, int]:
+    """Parameters vLLM marked as UVA views (``_vllm_is_uva_offloaded``), left on the CPU, or kept on the device."""
     stats = {"params": 0, "on_cpu": 0, "pinned_cpu": 0, "uva": 0, "device_weight_bytes": 0}
     for p in model.parameters():
         stats["params"] += 1
-        if p.device.type == "cpu":
+        if getattr(p, "_vllm_is_uva_offloaded", False):
+            stats["uva"] += 1
+        elif p.device.type == "cpu":
             stats["on_cpu"] += 1
             stats["pinned_cpu"] += int(p.is_pinned())
-        elif getattr(p, "_vllm_is_uva_offloaded", False) or not device_owned(p):
-            stats["uva"] += 1
         else:
             stats["device_weight_bytes"] += p.numel() * p.element_size()
     return stats
+
+
+def _registered_offloader() -> object | None:
+    try:
+        from vllm.model_executor.offloader.base import get_offloader
+    except ImportError:
+        return None  # a release without an offloader registry
+    return get_offloader()
+
+
+def offloader_stats(offloader: object | None) -> dict[str, str | int | None]:
+    """The offloader vLLM registered and the bytes it moved: 0 for the no-op one, None where it keeps no count."""
+    if offloader is None:
+        return {"offloader": None, "offloaded_bytes": None}
+    name = type(offloader).__name__
+    # 0.26.0's V2 runner never registers an offloader: the no-op default stays, and it moves nothing.
+    moved = 0 if name == "NoopOffloader" else getattr(offloader, "cpu_offload_bytes", None)
+    return {"offloader": name, "offloaded_bytes": moved}
 
 
 def _without_missing_flashinfer() -> None:

@@ -94,7 +94,20 @@ class EngineResult:
 
     @property
     def offloaded(self) -> int:
+        """Parameters vLLM marked as UVA views or left on the CPU."""
         return self.offload.get("uva", 0) + self.offload.get("on_cpu", 0)
+
+    @property
+    def offload_proven(self) -> bool | None:
+        """Whether weights left device memory, by vLLM's own account; None where it gives none.
+
+        Offloaded parameters, or bytes the offloader counts, prove it; the offloader's count of
+        zero disproves it. Nothing else is an answer: an unmarked UVA view looks like device memory.
+        """
+        moved = self.offload.get("offloaded_bytes")
+        if self.offloaded or moved:
+            return True
+        return False if moved == 0 else None
 
 
 def run_engine(run: EngineRun, model: Path, timeout: float = DEFAULT_TIMEOUT) -> EngineResult:

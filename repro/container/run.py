@@ -21,7 +21,6 @@ from typing import Any
 
 from matrix.host import classify, facts
 from matrix.host.facts import kit_commit, runner_name
-from matrix.junit import RunInfo, write_cell_results
 from matrix.layout import run_dir
 from matrix.plan import Plan
 from repro.container.docker_io import Ran, exit_reason, run_spec
@@ -62,6 +61,10 @@ def run_in_image(
     The plan is made on the host (tests describe a GPU host this machine cannot be); the
     container's pytest and the split both read it, so the container never plans again.
     """
+    # Here, not at the top: `python -m repro` builds this command's parser, and must start where
+    # junitparser is missing (an offline GPU machine runs only the probe and the reproduction).
+    from matrix.junit import RunInfo, write_cell_results
+
     environ = dict(os.environ if environ is None else environ)
     cells = [cell_plan.cell for cell_plan in plan.cells]
     name = cells[0].id if len(cells) == 1 else "container"

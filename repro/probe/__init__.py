@@ -9,9 +9,18 @@ writes the metrics document.
 
 from __future__ import annotations
 
-from repro.probe.checks import check_facts
+from repro.probe.checks import check_facts, judged
 from repro.probe.child import DEFAULT_TIMEOUT, SectionResult, run_section
 from repro.probe.record import host_of, metrics_document
 from repro.probe.sections import SECTIONS
 
-__all__ = ["DEFAULT_TIMEOUT", "SECTIONS", "SectionResult", "check_facts", "host_of", "metrics_document", "run_section"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "SECTIONS",
+    "SectionResult",
+    "check_facts",
+    "host_of",
+    "judged",
+    "metrics_document",
+    "run_section",
+]

@@ -1,8 +1,23 @@
-"""What a section's metrics must show on a working CUDA platform (research: "Measured mechanism facts")."""
+"""What a section's metrics must show on a working platform, per GPU stack (research: "Measured mechanism facts")."""
 
 from __future__ import annotations
 
-from repro.probe.sections import SIZES
+from matrix.cells import Stack
+from repro.probe.sections import SECTIONS, SIZES
+
+# Every fact was measured on CUDA (an H200). On ROCm only what torch itself promises on any GPU
+# is judged: pinned memory is pinned, copies from it are timed, a non-blocking copy from it is
+# captured and replayed. How the runtime refuses or invalidates a capture, whether it gives a
+# device pointer for pageable memory, and what the A/B resolves were never measured there.
+JUDGED = {
+    Stack.CUDA: frozenset(SECTIONS),
+    Stack.ROCM: frozenset({"pin_alloc", "bandwidth", "capture_pinned_non_blocking"}),
+}
+
+
+def judged(section: str, stack: Stack) -> bool:
+    """Whether the kit knows what ``section`` must show on ``stack``; otherwise its metrics are only recorded."""
+    return section in JUDGED[stack]
 
 
 def _fact(ok: bool, message: str) -> None:
@@ -11,7 +26,7 @@ def _fact(ok: bool, message: str) -> None:
 
 
 def check_facts(section: str, m: dict) -> None:
-    """What the mechanism does on a working CUDA platform (research: "Measured mechanism facts")."""
+    """What the mechanism does on a working CUDA platform; ``judged`` says which of it holds on another stack."""
     if section == "bandwidth":
         _fact(len(m["rows"]) == len(SIZES), f"bandwidth table has {len(m['rows'])} sizes, expected {len(SIZES)}")
         _fact(all(r["pinned_h2d_gbs"] > 0 for r in m["rows"]), "a pinned host-to-device copy measured no bandwidth")
