@@ -150,7 +150,7 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
 
 
 def _say_installed(session: nox.Session, record: dict) -> None:
-    """Name the preinstalled vLLM and torch a run uses (the environment record keeps them), or refuse a Python without vLLM."""
+    """Say which preinstalled vLLM and torch the run uses (its environment record keeps them); refuse one without."""
     python = shutil.which("python") or "python"
     if vllm_release(record) == UNKNOWN_RELEASE:
         session.error(f"--vllm {INSTALLED}: {python} has no vLLM; run nox from the environment that has it")

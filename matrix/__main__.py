@@ -311,9 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     imp = sub.add_parser(
-        "import-run", help="the folder an offline GPU run handed back ($OUT) into results/<vLLM>/<group>/, then the report"
+        "import-run", help="the folder an offline GPU run gave back ($OUT) into results/<vLLM>/<group>/, and its report"
     )
-    imp.add_argument("folder", help="what `tools/gpu_run.sh` wrote: run.json, env.json, plan.json, <group>.xml, ...")
+    imp.add_argument("folder", help="what `tools/gpu_run.sh` wrote: run.json, env.json, plan.json, <group>.xml...")
     imp.add_argument("--results", default="results", help="the results tree to write into")
     imp.add_argument("--report", default="build/report/gpu-run", help="directory for the report of this run")
     imp.set_defaults(func=cmd_import_run)

@@ -29,7 +29,8 @@ from matrix.records import read_record
 
 RUN_SCHEMA = "wslpin-kit.offline-run/1"
 # The files of a run's folder (the device hands back at most 8, named in letters, digits, '.', '_', '-').
-RUN_RECORD, ENV_RECORD, PLAN_RECORD, PROBE_RECORD, LOG = "run.json", "env.json", "plan.json", "probe.json", "gpu-run.log"
+RUN_RECORD, ENV_RECORD, PLAN_RECORD = "run.json", "env.json", "plan.json"
+PROBE_RECORD, LOG = "probe.json", "gpu-run.log"
 # Where an imported probe record goes, beside the probe group's results.
 IMPORTED_PROBE = "gpu-run.probe.json"
 AGAIN = "give the folder the offline GPU run wrote ($OUT of `tools/gpu_run.sh`)"

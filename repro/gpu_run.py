@@ -146,13 +146,13 @@ def run(out: Path, budget: float, jobs: int, cells: str = CELLS) -> int:
     log.say(f"budget {budget:g} s, children end by +{deadline - started:.0f} s, {jobs} engines at a time; {python}")
     groups: list[GroupRun] = []
     try:
+        env_record, plan_record = str(out / ENV_RECORD), str(out / PLAN_RECORD)
         for what, argv in (
-            ("environment record", [python, "-m", "matrix", "env", "--out", str(out / ENV_RECORD)]),
-            ("plan", [python, "-m", "matrix", "plan", "--cells", cells, "--env", str(out / ENV_RECORD)]),
+            ("environment record", [python, "-m", "matrix", "env", "--out", env_record]),
+            ("plan", [python, "-m", "matrix", "plan", "--cells", cells, "--env", env_record, "--out", plan_record]),
         ):
-            if what == "plan":
-                argv += ["--out", str(out / PLAN_RECORD)]
-            code, _ = _stream(argv, env, log, deadline)
+            # Without these two nothing can be judged: they may run into the grace the groups have.
+            code, _ = _stream(argv, env, log, deadline + STOP_GRACE)
             if code != 0:
                 log.say(f"no {what} (exit {code}): nothing can be planned, so no group runs")
                 return 1
@@ -161,8 +161,9 @@ def run(out: Path, budget: float, jobs: int, cells: str = CELLS) -> int:
                 log.say(f"{group}: not started, the deadline has passed")
                 groups.append(GroupRun(group, GroupStatus.NOT_STARTED, None, 0.0))
                 continue
-            pytest_args = cell_pytest_args(cells, str(out / f"{group}.xml"), str(out / PROBE_RECORD), str(out / PLAN_RECORD))
-            argv = [python, "-m", "pytest", *GROUP_TESTS[group], *pytest_args, f"--repro-jobs={jobs}"]
+            junit, probe = str(out / f"{group}.xml"), str(out / PROBE_RECORD)
+            argv = [python, "-m", "pytest", *GROUP_TESTS[group], *cell_pytest_args(cells, junit, probe, plan_record)]
+            argv.append(f"--repro-jobs={jobs}")
             log.say(f"{group}: {' '.join(argv[1:])}")
             began = time.time()
             code, stopped = _stream(argv, env, log, deadline + STOP_GRACE)
@@ -220,7 +221,8 @@ def prepare(root: Path = KIT_ROOT) -> Path:
         print(f"{name:<24} {size / 2**20:6.1f} MiB")
     print(f"{'total':<24} {total / 2**20:6.1f} MiB of {CALL_LIMIT / 2**20:g}")
     if total > CALL_LIMIT:
-        raise MatrixError(f"the run's call would carry {total / 2**20:.1f} MiB, over {CALL_LIMIT >> 20} MiB: carry less")
+        over = f"{total / 2**20:.1f} MiB, over {CALL_LIMIT >> 20} MiB"
+        raise MatrixError(f"the run's device call would carry {over}: carry less")
     return target
 
 
