@@ -60,7 +60,8 @@ RESERVE = STOP_GRACE + KILL_GRACE + 5.0
 DEPS = "build/gpu-run/deps"
 VLLM_CHUNKS = ".gpu-carry"  # written by ../shared/tools/vllm-on-gpu/prepare.sh
 CALL_LIMIT = 64 << 20  # bytes a device call carries: the tree, shared/ and the carried paths
-CHUNK_LIMIT = 46_000_000  # prepare.sh's chunks are split at 45 MiB: each is under this
+# prepare.sh splits vLLM at 45 MiB (`split -b 45M`); a chunk adds its install.sh and a count.
+CHUNK_LIMIT = (45 << 20) + (64 << 10)
 COMMAND_LIMIT = 2000  # characters of one device command
 
 # The three device-tool calls, back to back (docs/runners.md): the first two carry a chunk of

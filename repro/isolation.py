@@ -33,7 +33,9 @@ from typing import Any
 
 _LOG_TAIL = 6000
 DEADLINE_VARIABLE = "WSLPIN_DEADLINE"
-NOT_STARTED = "not started: the run's deadline had passed"
+# In every message about a child the deadline cut short: what it was to answer was never run to its end.
+DEADLINE_CUT = "the run's deadline"
+NOT_STARTED = f"not started: {DEADLINE_CUT} had passed"
 
 
 def time_left(timeout: float) -> float:
@@ -46,8 +48,8 @@ def time_left(timeout: float) -> float:
 
 def _killed(allowed: float, timeout: float, without: str) -> str:
     """Why a child was killed: its own timeout ran out, or the run's deadline came first."""
-    at_deadline = ", at the run's deadline" if allowed < timeout else ""
-    return f"killed after {round(allowed, 1):g} s without {without}{at_deadline}"
+    cut = f": {DEADLINE_CUT} came first" if allowed < timeout else ""
+    return f"killed after {round(allowed, 1):g} s without {without}{cut}"
 
 
 @dataclass(frozen=True)

@@ -169,10 +169,10 @@ def test_a_child_after_the_deadline_is_not_started(monkeypatch):
 def test_a_child_running_at_the_deadline_is_killed_there(monkeypatch):
     monkeypatch.setenv(DEADLINE_VARIABLE, str(time.time() + 2))
     done = run_command([sys.executable, "-c", "import time; time.sleep(120)"], env=dict(os.environ), timeout=600)
-    assert done.timed_out and "at the run's deadline" in done.output
+    assert done.timed_out and "the run's deadline came first" in done.output
     monkeypatch.setenv(DEADLINE_VARIABLE, str(time.time() + 2))
     (outcome,) = run_isolated(time.sleep, [120], timeout=600)
-    assert outcome.status == "timeout" and "at the run's deadline" in outcome.detail
+    assert outcome.status == "timeout" and "the run's deadline came first" in outcome.detail
 
 
 def test_a_result_cut_off_mid_write_is_no_answer():
