@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matrix.cells import Cell
+from matrix.cells import Cell, Mode
 from matrix.expectations import GATE_KEYS, expected_values, load_rules
 from matrix.host.facts import vllm_info
 from matrix.variables import (
@@ -187,6 +187,8 @@ def run_engines(runs: list[EngineRun], model: Path, timeout: float = DEFAULT_TIM
     """
     info = vllm_info()
     groups = share(runs, model, dict(os.environ), pin_env_read_by(info["version"] if info else None))
+    # Graph-mode engines compile and capture, the longest runs: started first, all end sooner.
+    groups.sort(key=lambda group: group[0].cell.mode is not Mode.GRAPH)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(lambda group: run_engine(group[0], model, timeout), groups))
     return {run: result for group, result in zip(groups, results, strict=True) for run in group}
