@@ -171,7 +171,9 @@ def run_engine(run: EngineRun, model: Path, timeout: float = DEFAULT_TIMEOUT) ->
     return EngineResult(run, answer["status"], answer.get("tokens", []), answer.get("offload", {}), message, seconds)
 
 
-def share(runs: Iterable[EngineRun], model: Path, base: dict[str, str], pin_env_read: Callable[[Cell], bool]) -> list:
+def share(
+    runs: Iterable[EngineRun], model: Path, base: dict[str, str], pin_env_read: Callable[[Cell], bool]
+) -> list[list[EngineRun]]:
     """``runs`` grouped by their inputs to vLLM, in the order first asked for: one engine run per group."""
     groups: dict[tuple, list[EngineRun]] = {}
     for run in dict.fromkeys(runs):
