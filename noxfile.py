@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import nox
+from nox.virtualenv import PassthroughEnv
 from packaging.version import InvalidVersion, Version
 
 ROOT = Path(__file__).resolve().parent
@@ -85,7 +86,7 @@ def _installer(session: nox.Session, python: str | None = None):
 
 def _install(session: nox.Session, vllm: str, full: bool, python: str | None = None) -> None:
     """vLLM and the kit; nothing for ``--vllm installed``, whose Python has both already."""
-    without_venv = session.venv_backend == "none"
+    without_venv = isinstance(session.virtualenv, PassthroughEnv)  # what `nox --no-venv` gives a session
     if vllm == INSTALLED:
         if not without_venv:
             session.error(

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from matrix.cells import Cell, Mode
-from matrix.expectations import GATE_KEYS, expected_values, load_rules
 from matrix.host.facts import vllm_info
 from matrix.variables import (
     GATE_PIN_VALUES,
@@ -98,6 +97,9 @@ def pin_env_read_by(vllm_version: str | None) -> Callable[[Cell], bool]:
     variable), nothing vLLM decides depends on it. Without a vLLM release to look the rules up for,
     it may.
     """
+    # Here, not at the top: `python -m repro --help` must work on a Python without packaging.
+    from matrix.expectations import GATE_KEYS, expected_values, load_rules
+
     if vllm_version is None:
         return lambda cell: True
     rules = load_rules()
