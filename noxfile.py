@@ -1,7 +1,9 @@
 """Sessions of the vLLM WSL2 pinned-memory compatibility kit; `nox -l` lists them.
 
 Cells come from matrix.cells, the one place they are defined. Options after `--`:
-`--vllm X.Y.Z` picks the vLLM release (default below); anything else goes to pytest.
+`--vllm X.Y.Z` picks the vLLM release (default below), `--vllm installed` runs against the vLLM
+and torch of the Python nox runs in, installing nothing (with `nox --no-venv`); anything else
+goes to pytest.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 import nox
+from nox.virtualenv import PassthroughEnv
 from packaging.version import InvalidVersion, Version
 
 ROOT = Path(__file__).resolve().parent
@@ -27,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from matrix.cells import CELLS, Host, select  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
-from matrix.layout import run_dir  # noqa: E402
+from matrix.groups import GROUP_TESTS  # noqa: E402
+from matrix.layout import UNKNOWN_RELEASE, run_dir, vllm_release  # noqa: E402
 from matrix.plan import Plan, cell_pytest_args  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 from tools import clean_machine as clean  # noqa: E402
@@ -46,6 +50,9 @@ GATE_LOCK = "requirements/gate.txt"
 LOCK_AS_OF = "2026-11-30T00:00:00Z"
 RESULTS = ROOT / "results"
 REPORT = ROOT / "build" / "report"
+# `--vllm installed`: the vLLM and torch already in the Python that runs the session (a runner with vLLM
+# preinstalled, an offline machine); the session installs nothing, so it needs `nox --no-venv`.
+INSTALLED = "installed"
 
 
 def _release(session: nox.Session, text: str, option: str) -> str:
@@ -63,7 +70,8 @@ def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--cells", help="narrow the session's cells: ids or globs")
     parser.add_argument("--image", help="run the cells inside this container image (its python3 has vLLM)")
     args, rest = parser.parse_known_args(session.posargs)
-    _release(session, args.vllm, "--vllm")
+    if args.vllm != INSTALLED:
+        _release(session, args.vllm, "--vllm")
     return args, rest
 
 
@@ -77,7 +85,20 @@ def _installer(session: nox.Session, python: str | None = None):
 
 
 def _install(session: nox.Session, vllm: str, full: bool, python: str | None = None) -> None:
-    """vLLM and the kit."""
+    """vLLM and the kit; nothing for ``--vllm installed``, whose Python has both already."""
+    without_venv = isinstance(session.virtualenv, PassthroughEnv)  # what `nox --no-venv` gives a session
+    if vllm == INSTALLED:
+        if not without_venv:
+            session.error(
+                f"--vllm {INSTALLED} runs against the vLLM of the Python nox runs in, which a session's venv "
+                f"does not have: run `nox --no-venv -s '{session.name}' -- --vllm {INSTALLED}` from that environment"
+            )
+        return
+    if without_venv and python is None:
+        session.error(
+            f"with --no-venv this session installs nothing: add `-- --vllm {INSTALLED}` to run against "
+            "this Python's own vLLM and torch, or drop --no-venv to install vLLM into a venv"
+        )
     install = _installer(session, python)
     _install_vllm(session, install, vllm, full)
     install("-e", ".[test]")
@@ -97,7 +118,7 @@ def _install_vllm(session: nox.Session, install, vllm: str, full: bool) -> None:
         session.error(f"could not install vLLM {vllm} (see the installer's message above): is it a released version?")
 
 
-def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str, ...] = ("tests/cell",)) -> None:
+def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str, ...] = GROUP_TESTS["cell"]) -> None:
     """Install, run the cells' tests (``_test_cells``) into results/<vLLM>/<group>/<cell>.xml, print the table.
 
     ``group`` names the tests run (matrix.layout): sessions that run different tests never share a directory.
@@ -122,9 +143,23 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
     record = _record_environment(session, "python", tmp)
     if record is None:
         return  # `nox --install-only`: nothing ran, so there is no record to place the results by
+    if args.vllm == INSTALLED:
+        _say_installed(session, record)
     out = run_dir(RESULTS, record, group)
     _test_cells(session, "python", pattern, tests, tuple(pytest_args), tmp, out)
     session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(out), "--strict")
+
+
+def _say_installed(session: nox.Session, record: dict) -> None:
+    """Say which preinstalled vLLM and torch the run uses (its environment record keeps them); refuse one without."""
+    python = shutil.which("python") or "python"
+    if vllm_release(record) == UNKNOWN_RELEASE:
+        session.error(f"--vllm {INSTALLED}: {python} has no vLLM; run nox from the environment that has it")
+    torch = record["packages"].get("torch") or {}
+    session.log(
+        f"vLLM {vllm_release(record)} and torch {torch.get('version', 'not installed')} of {python}, "
+        "as installed before this session (nothing installed)"
+    )
 
 
 def _record_environment(session: nox.Session, python: str, tmp: Path) -> dict | None:
@@ -229,19 +264,19 @@ def cell(session: nox.Session, stack: str, host: str, runner: str, mode: str) ->
 @nox.session
 def gate(session: nox.Session) -> None:
     """Gate tests of all 24 cells: what the installed vLLM decides per host, no GPU needed."""
-    _run_cells(session, "all", "gate", tests=("tests/cell/test_gate.py",))
+    _run_cells(session, "all", "gate", tests=GROUP_TESTS["gate"])
 
 
 @nox.session
 def repro(session: nox.Session) -> None:
     """The offload-with-graph reproduction through vLLM's engine, for the cells this machine's GPU can run."""
-    _run_cells(session, "all", "repro", tests=("tests/cell/test_repro.py", "-k", "not bare_torch_probe"))
+    _run_cells(session, "all", "repro", tests=GROUP_TESTS["repro"])
 
 
 @nox.session
 def probe(session: nox.Session) -> None:
     """The bare-torch probe of pinned memory and graph capture on this machine's GPU (no vLLM needed)."""
-    _run_cells(session, "all", "probe", tests=("tests/cell/test_repro.py", "-k", "bare_torch_probe"))
+    _run_cells(session, "all", "probe", tests=GROUP_TESTS["probe"])
 
 
 @nox.session

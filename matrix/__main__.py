@@ -6,7 +6,9 @@ import argparse
 import datetime as dt
 import gc
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from matrix.cells import select
@@ -223,6 +225,31 @@ def cmd_page(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_run(args: argparse.Namespace) -> int:
+    from matrix.offline import import_run
+    from matrix.summary import render, summarize
+
+    imported = import_run(Path(args.folder), Path(args.results))
+    for group, out in imported.directories.items():
+        cells = select(imported.run.cells)
+        print(f"{group}: {out}/")
+        print(render([summarize(out / f"{cell.id}.xml") for cell in cells]))
+    with tempfile.TemporaryDirectory(prefix="wslpin-probes-") as probes:
+        # The report reads every *.json of its probe directory as a probe record: give it only this one.
+        if imported.probe is not None:
+            shutil.copy(imported.probe, probes)
+        report = argparse.Namespace(
+            inputs=[str(out) for out in imported.directories.values()],
+            out=args.report,
+            previous=None,
+            nox_report=None,
+            max_age_days=None,
+            bench=None,
+            probes=probes,
+        )
+        return cmd_report(report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m matrix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -282,6 +309,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--bench", help="a directory of benchmark records (`python -m repro bench`) to show")
     report.add_argument("--probes", help="a directory of probe records (`python -m repro probe --out`) to cite")
     report.set_defaults(func=cmd_report)
+
+    imp = sub.add_parser(
+        "import-run", help="the folder an offline GPU run gave back ($OUT) into results/<vLLM>/<group>/, and its report"
+    )
+    imp.add_argument("folder", help="what `tools/gpu_run.sh` wrote: run.json, env.json, plan.json, <group>.xml...")
+    imp.add_argument("--results", default="results", help="the results tree to write into")
+    imp.add_argument("--report", default="build/report/gpu-run", help="directory for the report of this run")
+    imp.set_defaults(func=cmd_import_run)
 
     page = sub.add_parser("page", help="open the report's index.html in headless Chromium: check it, screenshot it")
     page.add_argument("report", help="the directory `report` wrote")

@@ -59,3 +59,8 @@ OFFLOAD_DISABLE_PIN_MEMORY = Variable(
     "1 keeps the CPU weight offloader off pinned memory (with OFFLOAD_DISABLE_UVA: WSL2's fallback on any Linux GPU)",
     ("1",),
 )
+FLASHINFER_SAMPLER = Variable(
+    "VLLM_USE_FLASHINFER_SAMPLER",
+    "0 keeps vLLM's sampler from importing FlashInfer to ask whether it may use it, where FlashInfer is not installed",
+    ("0",),
+)

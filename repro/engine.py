@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from matrix.cells import Host
+from matrix.variables import FLASHINFER_SAMPLER
 from repro import emulation
 
 if TYPE_CHECKING:
@@ -73,15 +75,12 @@ def offloader_stats(offloader: object | None) -> dict[str, str | int | None]:
 
 
 def _without_missing_flashinfer() -> None:
-    # Some vLLM builds (the GPU tool's stripped 0.26.0) ship no FlashInfer, yet
-    # the sampler imports it to ask whether it may use it: answer no up front.
+    # Some vLLM builds (the GPU tool's stripped 0.26.0) ship no FlashInfer, yet the sampler
+    # imports it to ask whether it may use it, unless the variable says no first (0.26.0's
+    # flashinfer_sampler_supported reads it before that import). vLLM reads it when the
+    # sampler is built, so this engine's own environment still has time to say it.
     if importlib.util.find_spec("flashinfer") is None:
-        try:
-            import vllm.v1.sample.ops.topk_topp_sampler as sampler
-        except ImportError:
-            return
-        if hasattr(sampler, "flashinfer_sampler_supported"):
-            sampler.flashinfer_sampler_supported = lambda: False
+        FLASHINFER_SAMPLER.apply(os.environ, "0")
 
 
 def engine_kwargs(spec: dict) -> dict:
@@ -130,12 +129,19 @@ def run(spec: dict) -> dict:
     return result
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> NoReturn:
     spec, result_path = argv
     result = run(json.loads(spec))
-    Path(result_path).write_text(json.dumps(result, indent=2, default=str))
-    return 0
+    # Whole or not at all: the parent may kill this process at any moment.
+    partial = Path(f"{result_path}.partial")
+    partial.write_text(json.dumps(result, indent=2, default=str))
+    os.replace(partial, result_path)
+    # The result is safe: leave without vLLM's teardown (engine threads, atexit hooks, the CUDA
+    # context), which can hang until the parent's timeout and cost the run that much.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])

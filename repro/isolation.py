@@ -6,10 +6,17 @@ already imported torch (but never vLLM) gives each child a fresh vLLM import
 without paying torch's import again. A child that hangs is killed; one that
 dies without answering is reported with its exit status. Neither is a crash
 of the kit: both are results.
+
+A run with a budget (the offline GPU run, ``python -m repro.gpu_run``) sets
+``WSLPIN_DEADLINE`` to the Unix time by which every child must have ended:
+each child gets no longer than what is left, and one that would start after it
+is not started and says so. The variable reaches every process of the run, so
+no caller has to pass the deadline along.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -25,6 +32,24 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 _LOG_TAIL = 6000
+DEADLINE_VARIABLE = "WSLPIN_DEADLINE"
+# In every message about a child the deadline cut short: what it was to answer was never run to its end.
+DEADLINE_CUT = "the run's deadline"
+NOT_STARTED = f"not started: {DEADLINE_CUT} had passed"
+
+
+def time_left(timeout: float) -> float:
+    """``timeout``, or what is left before the run's deadline when that comes first (0 once it has passed)."""
+    deadline = os.environ.get(DEADLINE_VARIABLE)
+    if not deadline:
+        return timeout
+    return max(0.0, min(timeout, float(deadline) - time.time()))
+
+
+def _killed(allowed: float, timeout: float, without: str) -> str:
+    """Why a child was killed: its own timeout ran out, or the run's deadline came first."""
+    cut = f": {DEADLINE_CUT} came first" if allowed < timeout else ""
+    return f"killed after {round(allowed, 1):g} s without {without}{cut}"
 
 
 @dataclass(frozen=True)
@@ -74,14 +99,18 @@ def run_isolated(
         while pending or running:
             while pending and len(running) < jobs:
                 index, arg = pending.pop(0)
+                allowed = time_left(timeout)
+                if allowed <= 0:
+                    results[index] = Outcome("timeout", detail=NOT_STARTED)
+                    continue
                 log_path = os.path.join(tmp, f"{index}.log")
                 open(log_path, "w").close()
                 receiver, sender = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_child, args=(fn, arg, sender, log_path), daemon=True)
                 proc.start()
                 sender.close()
-                running[index] = (proc, receiver, log_path, time.monotonic())
-            for index, (proc, receiver, log_path, started) in list(running.items()):
+                running[index] = (proc, receiver, log_path, time.monotonic(), allowed)
+            for index, (proc, receiver, log_path, started, allowed) in list(running.items()):
                 elapsed = time.monotonic() - started
                 if receiver.poll(0.05):
                     try:
@@ -95,10 +124,10 @@ def run_isolated(
                         outcome = Outcome("error", detail=payload)
                     else:
                         outcome = Outcome("died", detail=_exit_reason(proc))
-                elif elapsed > timeout:
+                elif elapsed > allowed:
                     proc.kill()
                     proc.join()
-                    outcome = Outcome("timeout", detail=f"killed after {timeout:g} s without an answer")
+                    outcome = Outcome("timeout", detail=_killed(allowed, timeout, "an answer"))
                 elif not proc.is_alive() and not receiver.poll(0):
                     outcome = Outcome("died", detail=_exit_reason(proc))
                 else:
@@ -149,25 +178,39 @@ def run_json_child(argv: Sequence[str], env: dict[str, str], timeout: float) -> 
     with tempfile.TemporaryDirectory(prefix="wslpin-child-") as tmp:
         result = os.path.join(tmp, "result.json")
         done = run_command([*argv, result], env, timeout)
-        if not os.path.exists(result):
+        try:
+            with open(result) as f:
+                return ChildAnswer(json.load(f), done)
+        except (FileNotFoundError, json.JSONDecodeError):
+            # Nothing written, or a result cut off mid-write by the kill: no answer either way.
             return ChildAnswer(None, done)
-        with open(result) as f:
-            return ChildAnswer(json.load(f), done)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def run_command(argv: Sequence[str], env: dict[str, str], timeout: float) -> CommandOutcome:
     """Run a fresh process (CUDA cannot be forked), killing its whole group after ``timeout``."""
+    allowed = time_left(timeout)
+    if allowed <= 0:
+        return CommandOutcome(None, NOT_STARTED, 0.0)
     started = time.monotonic()
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            code: int | None = proc.wait(timeout=timeout)
+            code: int | None = proc.wait(timeout=allowed)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _kill_group(proc)
             code = None
+        except BaseException:
+            # Interrupted (a run stopped from outside): the child is in a session of its own and would outlive us.
+            _kill_group(proc)
+            raise
         out.seek(0)
         text = out.read().decode(errors="replace")[-_LOG_TAIL:]
     if code is None:
-        text += f"\nkilled after {timeout:g} s without finishing"
+        text += "\n" + _killed(allowed, timeout, "finishing")
     return CommandOutcome(code, text, round(time.monotonic() - started, 2))

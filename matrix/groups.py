@@ -1,0 +1,15 @@
+"""The test groups a run is made of, and what pytest runs for each (``results/<vLLM>/<group>/``).
+
+A session runs one group; the offline GPU run (``repro/gpu_run.py``) runs three, one pytest each.
+Results are kept per group, so no run replaces another's (matrix/layout.py).
+"""
+
+from __future__ import annotations
+
+GROUP_TESTS: dict[str, tuple[str, ...]] = {
+    # All of a cell's tests: what a cell session and wsl_cuda_graph run.
+    "cell": ("tests/cell",),
+    "gate": ("tests/cell/test_gate.py",),
+    "repro": ("tests/cell/test_repro.py", "-k", "not bare_torch_probe"),
+    "probe": ("tests/cell/test_repro.py", "-k", "bare_torch_probe"),
+}

@@ -1,0 +1,188 @@
+"""An offline run's record, and turning its folder into results: ``python -m matrix import-run DIR``.
+
+The offline GPU run (``tools/gpu_run.sh``, ``repro/gpu_run.py``) runs on a machine that only hands
+back one folder: the environment record, the plan, one raw JUnit file per test group, the probe
+record, a log and ``run.json``, this module's record of what ran within the run's deadline. Back
+on a machine with the kit, the import splits each group's JUnit into
+``results/<vLLM>/<group>/<cell>.xml`` with the same code as ``python -m matrix split`` and
+writes the report of those results. A group the deadline cut short, or never let start, leaves
+one skipped case per cell that says so: a case that did not run is never missing without a word,
+and never a pass.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.etree.ElementTree import Element, SubElement, tostring
+
+from matrix.errors import MatrixError
+from matrix.groups import GROUP_TESTS
+from matrix.host.classify import ENV_SCHEMA
+from matrix.plan import CellPlan
+from matrix.records import read_record
+
+RUN_SCHEMA = "wslpin-kit.offline-run/1"
+# The files of a run's folder (the device hands back at most 8, named in letters, digits, '.', '_', '-').
+RUN_RECORD, ENV_RECORD, PLAN_RECORD = "run.json", "env.json", "plan.json"
+PROBE_RECORD, LOG = "probe.json", "gpu-run.log"
+# Where an imported probe record goes, beside the probe group's results.
+IMPORTED_PROBE = "gpu-run.probe.json"
+AGAIN = "give the folder the offline GPU run wrote ($OUT of `tools/gpu_run.sh`)"
+
+
+class GroupStatus(enum.StrEnum):
+    FINISHED = "finished"  # pytest ended by itself; its exit status says whether tests failed
+    STOPPED = "stopped"  # pytest was interrupted at the deadline: its JUnit holds the cases that finished
+    NOT_STARTED = "not-started"  # the deadline came before the group's turn
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    group: str
+    status: GroupStatus
+    exit_code: int | None  # None: not started, or killed
+    seconds: float
+
+    @property
+    def junit(self) -> str:
+        """The group's raw JUnit file in the run's folder."""
+        return f"{self.group}.xml"
+
+
+@dataclass(frozen=True)
+class OfflineRun:
+    cells: str  # the pattern the plan was made for
+    started_at: str  # ISO time the run started
+    budget_s: float
+    deadline_s: float  # seconds after the start by which every child had to end
+    jobs: int  # engines at a time
+    groups: tuple[GroupRun, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "schema": RUN_SCHEMA,
+            "cells": self.cells,
+            "started_at": self.started_at,
+            "budget_s": self.budget_s,
+            "deadline_s": self.deadline_s,
+            "jobs": self.jobs,
+            "groups": [
+                {"group": g.group, "status": g.status.value, "exit_code": g.exit_code, "seconds": g.seconds}
+                for g in self.groups
+            ],
+        }
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.as_dict(), indent=2) + "\n")
+
+
+def load_run(path: Path) -> OfflineRun:
+    """The record ``repro/gpu_run.py`` wrote, or one line saying what the folder is not."""
+    record = read_record(path, RUN_SCHEMA, str(path), "an offline run's record", AGAIN)
+    try:
+        groups = tuple(
+            GroupRun(str(g["group"]), GroupStatus(g["status"]), g["exit_code"], float(g["seconds"]))
+            for g in record["groups"]
+        )
+        unknown = [g.group for g in groups if g.group not in GROUP_TESTS]
+        if unknown:
+            raise ValueError(f"unknown group(s) {unknown}")
+        return OfflineRun(
+            cells=str(record["cells"]),
+            started_at=str(record["started_at"]),
+            budget_s=float(record["budget_s"]),
+            deadline_s=float(record["deadline_s"]),
+            jobs=int(record["jobs"]),
+            groups=groups,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MatrixError(f"{path} is a damaged offline run's record ({type(exc).__name__}: {exc}): {AGAIN}") from None
+
+
+def not_run_case(plan: CellPlan, reason: str) -> Element:
+    """One skipped case that says why the rest of a cell's cases in a group did not run."""
+    case = Element("testcase", classname="matrix.offline", name="cases_not_run", time="0")
+    props = SubElement(case, "properties")
+    SubElement(props, "property", name="cell", value=plan.cell.id)
+    SubElement(props, "property", name="execution", value=plan.execution.value)
+    SubElement(case, "skipped", type="pytest.skip", message=reason)
+    return case
+
+
+def group_junit(folder: Path, run: GroupRun, plans: list[CellPlan], deadline_s: float, into: Path) -> Path | None:
+    """The group's JUnit as the split should read it, written under ``into``; None where pytest wrote none.
+
+    A stopped pytest leaves the case it was in as a ``<testcase>`` without a name, which belongs to
+    no cell: it is dropped, and every cell gets a case saying that the rest did not run.
+    """
+    from matrix.report.reading import UnreadableError, parse
+
+    if run.status is GroupStatus.NOT_STARTED:
+        suite = Element("testsuite", name="pytest")
+        reason = f"not run: the run's deadline ({deadline_s:g} s) passed before the {run.group} group's turn"
+        suite.extend(not_run_case(plan, reason) for plan in plans)
+    else:
+        raw = folder / run.junit
+        if not raw.exists():
+            return None
+        if run.status is GroupStatus.FINISHED:
+            return raw
+        try:
+            root = parse(raw)
+        except UnreadableError as exc:
+            raise MatrixError(f"{raw} is not a JUnit file ({exc}): the run's log ({folder / LOG}) says why") from None
+        found = root if root.tag == "testsuite" else root.find("testsuite")
+        suite = Element("testsuite", name="pytest") if found is None else found
+        for case in [c for c in suite.iter("testcase") if not c.get("name")]:
+            suite.remove(case)
+        reason = f"not run: the run's deadline ({deadline_s:g} s) stopped pytest before this case's turn"
+        suite.extend(not_run_case(plan, reason) for plan in plans)
+    path = into / run.junit
+    path.write_text(tostring(suite, encoding="unicode"))
+    return path
+
+
+@dataclass(frozen=True)
+class Imported:
+    run: OfflineRun
+    directories: dict[str, Path]  # group -> results/<vLLM>/<group>/
+    probe: Path | None  # the probe record, beside the probe group's results
+
+
+def import_run(folder: Path, results: Path) -> Imported:
+    """Write each group of the run in ``folder`` into ``results/<vLLM>/<group>/`` (the split's files)."""
+    from matrix.host import facts
+    from matrix.junit import RunInfo, write_cell_results
+    from matrix.layout import run_dir
+    from matrix.plan import load_plan
+
+    run = load_run(folder / RUN_RECORD)
+    env = read_record(folder / ENV_RECORD, ENV_SCHEMA, str(folder / ENV_RECORD), "an environment record", AGAIN)
+    plans = load_plan(folder / PLAN_RECORD).select(run.cells)
+    info = RunInfo(
+        env=env,
+        kit_commit=facts.kit_commit(),
+        # The machine that ran the cells, not this one.
+        runner_name=str((env.get("uname") or {}).get("node") or "unknown"),
+        started_at=run.started_at,
+    )
+    directories = {}
+    with tempfile.TemporaryDirectory(prefix="wslpin-import-") as tmp:
+        for group in run.groups:
+            out = run_dir(results, env, group.group)
+            raw = group_junit(folder, group, plans, run.deadline_s, Path(tmp))
+            ended = "was killed at the run's deadline" if group.exit_code is None else f"exited {group.exit_code}"
+            missing = f"pytest {ended} without writing {group.junit}: see {folder / LOG}"
+            write_cell_results(plans, raw, info, out, raw_missing=missing)
+            directories[group.group] = out
+    probe = None
+    if (folder / PROBE_RECORD).exists() and "probe" in directories:
+        probe = directories["probe"] / IMPORTED_PROBE
+        shutil.copyfile(folder / PROBE_RECORD, probe)
+    return Imported(run, directories, probe)

@@ -1,0 +1,260 @@
+"""The offline GPU run: every ``cuda-*`` cell's gate, probe and repro groups in one command, within a deadline.
+
+Made for a machine that takes one command of at most 10 minutes, has no network, nox or uv, and
+hands back only the files of one folder (docs/runners.md): the device machine of this workplace,
+an air-gapped runner, a runner with vLLM preinstalled. ``tools/gpu_run.sh`` runs::
+
+    python -m repro.gpu_run --out DIR [--budget S] [--jobs N]
+
+against the vLLM and torch of the Python that runs it (installing nothing), and writes into DIR
+the environment record, the plan made once from it (as a cell session does), one raw JUnit per
+group, the probe record, a log, and ``run.json`` (matrix/offline.py), which says what ran.
+``python -m matrix import-run DIR`` turns that folder into ``results/`` and the report.
+
+One deadline bounds everything: every child the run starts (gate evaluations, engines, probe
+sections) ends by it (``WSLPIN_DEADLINE``, repro/isolation.py); a group whose turn comes after it
+is not started; a pytest still running shortly after it is interrupted, which keeps the JUnit of
+the cases that finished. The groups run in the order that spends the budget best: the gate
+(no GPU, cheap), the probe on an idle GPU, then the engines with whatever is left, ``--jobs`` at
+a time.
+
+``python -m repro.gpu_run prepare`` (here, before the device calls) stages the kit's pure-Python
+dependencies the run carries (pytest and what it needs: the machine may lack them) and checks
+that what travels fits the call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+from matrix.cells import select
+from matrix.cli import KIT_ROOT, run_command_line
+from matrix.errors import MatrixError
+from matrix.groups import GROUP_TESTS
+from matrix.offline import ENV_RECORD, LOG, PLAN_RECORD, PROBE_RECORD, RUN_RECORD, GroupRun, GroupStatus, OfflineRun
+from matrix.plan import cell_pytest_args
+from repro.isolation import DEADLINE_VARIABLE
+
+CELLS = "cuda-*"
+# Gate first (no GPU, quick), the probe while the GPU is idle, the engines with what is left.
+GROUPS = ("gate", "probe", "repro")
+DEFAULT_BUDGET = 540.0
+# Ten engines of the tiny model ran at once on the H200 (../shared/tools/vllm-on-gpu/README.md).
+DEFAULT_JOBS = 10
+# After the children's deadline: pytest judges what came back and writes its JUnit; one still
+# running STOP_GRACE s later is interrupted, and killed KILL_GRACE s after that.
+STOP_GRACE, KILL_GRACE = 15.0, 10.0
+RESERVE = STOP_GRACE + KILL_GRACE + 5.0
+
+# What travels with the kit's tree to the device machine, beside the chunk of vLLM the last call carries.
+DEPS = "build/gpu-run/deps"
+VLLM_CHUNKS = ".gpu-carry"  # written by ../shared/tools/vllm-on-gpu/prepare.sh
+CALL_LIMIT = 64 << 20  # bytes a device call carries: the tree, shared/ and the carried paths
+# prepare.sh splits vLLM at 45 MiB (`split -b 45M`); a chunk adds its install.sh and a count.
+CHUNK_LIMIT = (45 << 20) + (64 << 10)
+COMMAND_LIMIT = 2000  # characters of one device command
+
+# The three device-tool calls, back to back (docs/runners.md): the first two carry a chunk of
+# vLLM each; the third carries the last one and the kit's dependencies, and runs the whole thing.
+DEVICE_CALLS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (f"bash {VLLM_CHUNKS}/chunk-1/install.sh {VLLM_CHUNKS}/chunk-1", (f"{VLLM_CHUNKS}/chunk-1",)),
+    (f"bash {VLLM_CHUNKS}/chunk-2/install.sh {VLLM_CHUNKS}/chunk-2", (f"{VLLM_CHUNKS}/chunk-2",)),
+    (
+        # $SECONDS is read when gpu_run.sh starts: the install's time comes off the budget.
+        f"bash {VLLM_CHUNKS}/chunk-3/install.sh {VLLM_CHUNKS}/chunk-3 && "
+        "export PYTHONPATH=${TMPDIR:-/tmp}/vllm-gpu/site && bash tools/gpu_run.sh --budget $((570 - SECONDS))",
+        (f"{VLLM_CHUNKS}/chunk-3", DEPS),
+    ),
+)
+
+
+class Log:
+    """Lines to the run's log file and to stdout (the device returns the tail of stdout)."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: TextIO = path.open("w", buffering=1)
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        with self._lock:
+            self._file.write(text)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def say(self, line: str) -> None:
+        self.write(f"[gpu-run {dt.datetime.now(dt.UTC):%H:%M:%S}] {line}\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _copy_lines(source: TextIO | None, log: Log) -> None:
+    for line in source or ():
+        log.write(line)
+
+
+def _stream(argv: list[str], env: dict[str, str], log: Log, stop_at: float) -> tuple[int | None, bool]:
+    """Run ``argv`` with its output into the log; interrupt it at ``stop_at`` (Unix time), kill it if it lingers.
+
+    Returns its exit status (None: killed) and whether it was stopped.
+    """
+    proc = subprocess.Popen(
+        argv, cwd=KIT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    reader = threading.Thread(target=_copy_lines, args=(proc.stdout, log), daemon=True)
+    reader.start()
+    stopped = False
+    try:
+        code: int | None = proc.wait(timeout=max(0.0, stop_at - time.time()))
+    except subprocess.TimeoutExpired:
+        stopped = True
+        log.say(f"{argv[2]} still running at the run's deadline: interrupted (it writes what finished)")
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(timeout=KILL_GRACE)
+        except subprocess.TimeoutExpired:
+            log.say(f"{argv[2]} did not end {KILL_GRACE:g} s after the interrupt: killed")
+            proc.kill()
+            proc.wait()
+            code = None
+    reader.join(timeout=5)
+    return code, stopped
+
+
+def run(out: Path, budget: float, jobs: int, cells: str = CELLS) -> int:
+    """The whole offline run into ``out``; 0 when every group ran to its end (failed tests are results)."""
+    started, started_at = time.time(), dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    deadline = started + budget - RESERVE
+    out.mkdir(parents=True, exist_ok=True)
+    log = Log(out / LOG)
+    env = dict(os.environ) | {
+        DEADLINE_VARIABLE: f"{deadline:.3f}",
+        # The machine's own pytest plugins stay out of the run (the carried pytest is the kit's).
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    python = sys.executable
+    log.say(f"budget {budget:g} s, children end by +{deadline - started:.0f} s, {jobs} engines at a time; {python}")
+    groups: list[GroupRun] = []
+    try:
+        env_record, plan_record = str(out / ENV_RECORD), str(out / PLAN_RECORD)
+        for what, argv in (
+            ("environment record", [python, "-m", "matrix", "env", "--out", env_record]),
+            ("plan", [python, "-m", "matrix", "plan", "--cells", cells, "--env", env_record, "--out", plan_record]),
+        ):
+            # Without these two nothing can be judged: they may run into the grace the groups have.
+            code, _ = _stream(argv, env, log, deadline + STOP_GRACE)
+            if code != 0:
+                log.say(f"no {what} (exit {code}): nothing can be planned, so no group runs")
+                return 1
+        for group in GROUPS:
+            if time.time() >= deadline:
+                log.say(f"{group}: not started, the deadline has passed")
+                groups.append(GroupRun(group, GroupStatus.NOT_STARTED, None, 0.0))
+                continue
+            junit, probe = str(out / f"{group}.xml"), str(out / PROBE_RECORD)
+            argv = [python, "-m", "pytest", *GROUP_TESTS[group], *cell_pytest_args(cells, junit, probe, plan_record)]
+            argv.append(f"--repro-jobs={jobs}")
+            log.say(f"{group}: {' '.join(argv[1:])}")
+            began = time.time()
+            code, stopped = _stream(argv, env, log, deadline + STOP_GRACE)
+            status = GroupStatus.STOPPED if stopped else GroupStatus.FINISHED
+            groups.append(GroupRun(group, status, code, round(time.time() - began, 1)))
+            log.say(f"{group}: {status} after {time.time() - began:.0f} s, exit {code}")
+        return 0 if all(g.status is GroupStatus.FINISHED and g.exit_code in (0, 1) for g in groups) else 1
+    finally:
+        record = OfflineRun(cells, started_at, budget, round(deadline - started, 1), jobs, tuple(groups))
+        record.write(out / RUN_RECORD)
+        log.say(f"done in {time.time() - started:.0f} s: {', '.join(sorted(p.name for p in out.iterdir()))}")
+        log.close()
+
+
+def tree_files(root: Path = KIT_ROOT) -> list[Path]:
+    """The kit's files as a device call sends them: tracked, and untracked but not ignored."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise MatrixError(f"cannot list the kit's files with git ({exc}): run this in a clone of the kit") from None
+    return [root / name for name in done.stdout.decode().split("\0") if name and (root / name).is_file()]
+
+
+def size_of(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def carried_bytes(root: Path = KIT_ROOT) -> dict[str, int]:
+    """What the run's device call carries, by part; the vLLM chunk at its bound where it is not prepared here."""
+    chunk = root / VLLM_CHUNKS / "chunk-3"
+    return {
+        "kit tree": sum(p.stat().st_size for p in tree_files(root)),
+        DEPS: size_of(root / DEPS) if (root / DEPS).exists() else 0,
+        f"{VLLM_CHUNKS}/chunk-3": size_of(chunk) if chunk.exists() else CHUNK_LIMIT,
+    }
+
+
+def prepare(root: Path = KIT_ROOT) -> Path:
+    """Stage the kit's pure-Python dependencies at ``DEPS`` (from this environment) and check what travels."""
+    from repro.container.vendor import stage_dependencies
+
+    staged = stage_dependencies(root / "build")
+    target = root / DEPS
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(staged, target)
+    parts = carried_bytes(root)
+    total = sum(parts.values())
+    for name, size in parts.items():
+        print(f"{name:<24} {size / 2**20:6.1f} MiB")
+    print(f"{'total':<24} {total / 2**20:6.1f} MiB of {CALL_LIMIT / 2**20:g}")
+    if total > CALL_LIMIT:
+        over = f"{total / 2**20:.1f} MiB, over {CALL_LIMIT >> 20} MiB"
+        raise MatrixError(f"the run's device call would carry {over}: carry less")
+    return target
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m repro.gpu_run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.environ.get("OUT"), help="the folder that comes back (default: $OUT)")
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET, help="seconds until everything is written")
+    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help="engines at a time on the one GPU")
+    parser.add_argument("--cells", default=CELLS, help="cell ids or globs (default: every cuda-* cell)")
+    parser.set_defaults(func=_cmd_run)
+    sub = parser.add_subparsers(dest="command")
+    prep = sub.add_parser("prepare", help="stage what the run carries (here, before the device calls) and size it")
+    prep.set_defaults(func=_cmd_prepare)
+    return parser
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    print(f"staged {prepare()}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    select(args.cells)  # a bad pattern is one line now, not a failed plan later
+    if not args.out:
+        raise MatrixError("no folder for the results: give --out DIR or set OUT")
+    if args.budget <= RESERVE:
+        raise MatrixError(f"--budget {args.budget:g} leaves nothing to run: give more than {RESERVE:g} s")
+    if args.jobs < 1:
+        raise MatrixError(f"--jobs {args.jobs} runs no engine: give 1 or more")
+    return run(Path(args.out), args.budget, args.jobs, args.cells)
+
+
+if __name__ == "__main__":
+    sys.exit(run_command_line(build_parser, sys.argv[1:]))

@@ -1,0 +1,218 @@
+"""The offline GPU run (tools/gpu_run.sh), dry-run here, and the import of what it hands back.
+
+No GPU here: every cell is planned gate-only, so the gate tests run and the probe and repro groups
+reach pytest with every case skipped for want of a GPU. The kit's test venv stands in for the
+device's python3, and its vLLM 0.33.0 (gate-only) for the carried 0.26.0. The run gets the kit's
+tree as a device call sends it (tracked and untracked-not-ignored files) plus what it carries.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, require_gate_only, run_module
+
+from matrix.cells import select
+from matrix.host.facts import torch_info, vllm_info
+from matrix.offline import GroupRun, GroupStatus, group_junit
+from matrix.plan import CellPlan, Execution
+from matrix.report.reading import parse, properties
+from repro import gpu_run
+
+# What the device tool hands back (its README): at most 8 files, 16 MiB each, 64 MiB together.
+MAX_FILES, MAX_FILE, MAX_FILES_TOTAL = 8, 16 << 20, 64 << 20
+FILE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+GROUPS = {"gate", "probe", "repro"}
+
+
+def kit_as_sent(kit: Path) -> Path:
+    """A copy of the kit's tree at ``kit`` as a device call sends it: tracked and untracked-not-ignored files."""
+    for path in gpu_run.tree_files():
+        target = kit / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    return kit
+
+
+@pytest.fixture(scope="module")
+def device_kit(tmp_path_factory) -> Path:
+    """The kit as the run's device call sends it: its tree, and the dependencies ``prepare`` staged."""
+    prepared = run_module("repro.gpu_run", "prepare")
+    assert prepared.returncode == 0, prepared.stderr
+    kit = kit_as_sent(tmp_path_factory.mktemp("device") / "kit")
+    shutil.copytree(ROOT / gpu_run.DEPS, kit / gpu_run.DEPS)
+    return kit
+
+
+def run_on_device(kit: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    """``bash tools/gpu_run.sh`` as the device runs it, this venv's Python as its python3."""
+    bin_dir = out.parent / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    python3 = bin_dir / "python3"
+    python3.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python3.chmod(0o755)
+    env = {**os.environ, "OUT": str(out), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(
+        ["bash", str(kit / "tools" / "gpu_run.sh"), *args],
+        cwd=out.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def dry_run(device_kit, tmp_path_factory):
+    require_gate_only(gpu_run.CELLS)
+    out = tmp_path_factory.mktemp("dry") / "out"
+    started = time.monotonic()
+    done = run_on_device(device_kit, out)
+    print(f"dry run: {time.monotonic() - started:.0f} s")
+    return out, done
+
+
+def import_run(folder: Path, where: Path) -> subprocess.CompletedProcess:
+    return run_module(
+        "matrix", "import-run", str(folder), "--results", str(where / "results"), "--report", str(where / "report")
+    )
+
+
+def test_the_device_calls_fit_the_tool_and_are_the_documented_ones(device_kit):
+    docs = (ROOT / "docs" / "runners.md").read_text()
+    for command, carry in gpu_run.DEVICE_CALLS:
+        assert len(command) <= gpu_run.COMMAND_LIMIT
+        assert command in docs and all(f'"{path}"' in docs for path in carry)
+        assert len(carry) <= 8
+    parts = gpu_run.carried_bytes()
+    assert parts[gpu_run.DEPS] > 0, "prepare staged nothing"
+    assert sum(parts.values()) <= gpu_run.CALL_LIMIT, parts
+
+
+def test_the_dry_run_writes_every_group_within_the_limits(dry_run):
+    out, done = dry_run
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    files = list(out.iterdir())
+    assert len(files) <= MAX_FILES and all(f.is_file() and FILE_NAME.match(f.name) for f in files)
+    assert all(f.stat().st_size <= MAX_FILE for f in files) and sum(f.stat().st_size for f in files) <= MAX_FILES_TOTAL
+    groups = {f"{group}.xml" for group in GROUPS}
+    assert {f.name for f in files} >= {"run.json", "env.json", "plan.json", "gpu-run.log", *groups}
+    run = json.loads((out / "run.json").read_text())
+    assert [(g["group"], g["status"], g["exit_code"]) for g in run["groups"]] == [
+        (group, "finished", 0) for group in gpu_run.GROUPS
+    ]
+    # The record says which vLLM and torch ran: the Python's own, nothing installed.
+    packages = json.loads((out / "env.json").read_text())["packages"]
+    assert packages["vllm"]["version"] == vllm_info()["version"]
+    assert packages["torch"]["version"] == torch_info()["version"]
+    for group in ("probe", "repro"):
+        cases = list(parse(out / f"{group}.xml").iter("testcase"))
+        assert cases and all(c.find("skipped") is not None for c in cases)
+        assert all("no GPU for this cell: gate-only" in c.find("skipped").get("message") for c in cases)
+    gate = list(parse(out / "gate.xml").iter("testcase"))
+    assert {properties(c)["cell"] for c in gate} == {cell.id for cell in select(gpu_run.CELLS)}
+
+
+def test_the_import_turns_the_folder_into_results_and_the_report(dry_run, tmp_path):
+    out, _ = dry_run
+    done = import_run(out, tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    release = vllm_info()["version"]
+    for group in GROUPS:
+        written = sorted(p.name for p in (tmp_path / "results" / release / group).glob("*.xml"))
+        assert written == sorted(f"{cell.id}.xml" for cell in select(gpu_run.CELLS))
+    compat = json.loads((tmp_path / "report" / "compat.json").read_text())
+    (version,) = compat["versions"]
+    statuses = {c["id"]: c["status"] for c in version["cells"]}
+    assert all(statuses[cell.id] == "pass" for cell in select(gpu_run.CELLS)), statuses
+    envelope = parse(tmp_path / "results" / release / "gate" / "cuda-linux-v1-graph.xml").find(".//properties")
+    props = {p.get("name"): p.get("value") for p in envelope}
+    node = json.loads((out / "env.json").read_text())["uname"]["node"]
+    assert props["runner_name"] == node and props["execution"] == "gate-only"
+
+
+def test_a_run_past_its_deadline_records_every_case_as_not_run(device_kit, tmp_path):
+    require_gate_only(gpu_run.CELLS)
+    out = tmp_path / "out"
+    # Half a second for the children: whichever group starts finds its children cut, and pytest itself
+    # may be stopped (the gate's parent imports torch before it finds no child may start).
+    done = run_on_device(device_kit, out, "--budget", str(gpu_run.RESERVE + 0.5))
+    assert done.returncode == 1
+    run = json.loads((out / "run.json").read_text())
+    assert run["groups"][-1]["status"] == "not-started"
+    imported = import_run(out, tmp_path)
+    assert imported.returncode == 0, imported.stderr
+    for group in GROUPS:
+        for cell in select(gpu_run.CELLS):
+            cases = list(
+                parse(tmp_path / "results" / vllm_info()["version"] / group / f"{cell.id}.xml").iter("testcase")
+            )
+            skipped = [case.find("skipped") for case in cases]
+            assert cases and None not in skipped, f"a case of {cell} in {group} ran"
+            # Each cell says why; the cases that hang on one it cut say they do (e.g. "see test_vllm_imports").
+            assert any(
+                s.get("message").startswith("not run: ") and "the run's deadline" in s.get("message") for s in skipped
+            )
+
+
+STOPPED_TESTS = """
+import pathlib, time, pytest
+
+@pytest.mark.parametrize("cell", ["cuda-linux-v1-graph", "cuda-linux-v1-eager"])
+def test_case(cell, record_property):
+    record_property("cell", cell)
+    if cell.endswith("eager"):
+        pathlib.Path("started").write_text("")
+        time.sleep(600)
+"""
+
+
+def test_a_pytest_stopped_at_the_deadline_keeps_what_finished(tmp_path):
+    # What pytest itself writes when interrupted mid-case: the finished case, and one without a name.
+    (tmp_path / "test_stopped.py").write_text(STOPPED_TESTS)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "test_stopped.py", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
+        + ["--junitxml=repro.xml", "-q"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+    )
+    while not (tmp_path / "started").exists():
+        assert proc.poll() is None
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) != 0
+    assert any(not c.get("name") for c in parse(tmp_path / "repro.xml").iter("testcase"))
+
+    plans = [CellPlan(cell, Execution.NATIVE, "stand-in") for cell in select("cuda-linux-v1-*")]
+    into = tmp_path / "into"
+    into.mkdir()
+    raw = group_junit(tmp_path, GroupRun("repro", GroupStatus.STOPPED, 2, 9.0), plans, 510.0, into)
+    cases = [(c.get("name"), properties(c)["cell"], c.find("skipped") is not None) for c in parse(raw).iter("testcase")]
+    assert cases == [
+        ("test_case[cuda-linux-v1-graph]", "cuda-linux-v1-graph", False),
+        ("cases_not_run", "cuda-linux-v1-graph", True),
+        ("cases_not_run", "cuda-linux-v1-eager", True),
+    ]
+
+
+def test_mistakes_are_one_line(tmp_path):
+    for args, says in (
+        (["--budget", "5"], "leaves nothing to run"),
+        (["--cells", "nope"], "bad cell id"),
+        (["--jobs", "0"], "runs no engine"),
+    ):
+        done = run_module("repro.gpu_run", "--out", str(tmp_path / "out"), *args)
+        assert done.returncode == 2 and says in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    done = run_module("repro.gpu_run", env={"OUT": ""})
+    assert done.returncode == 2 and "give --out DIR or set OUT" in done.stderr
+    done = import_run(tmp_path, tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and "run.json does not exist" in done.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "results").exists()
