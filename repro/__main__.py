@@ -154,7 +154,9 @@ def _check_bench_numbers(args: argparse.Namespace) -> None:
                 f"--{name.replace('_', '-')} {value}: give a number {'above 0' if above_zero else '0 or more'}"
             )
     if args.gpu_memory_utilization > 1:
-        raise MatrixError(f"--gpu-memory-utilization {args.gpu_memory_utilization}: give a fraction of the GPU, 1 at most")
+        raise MatrixError(
+            f"--gpu-memory-utilization {args.gpu_memory_utilization}: give a fraction of the GPU, 1 at most"
+        )
     needed = args.input_len + args.output_len
     if args.max_model_len is not None and args.max_model_len < needed:
         raise MatrixError(
@@ -298,7 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--port", type=int, help="loopback port for the servers (default: a free one per start)")
     b.add_argument("--start-timeout", type=float, default=600, help="seconds for a server to answer /health")
     b.add_argument(
-        "--request-timeout", type=float, default=120, help="seconds one request may take, from sending to its last token"
+        "--request-timeout",
+        type=float,
+        default=120,
+        help="seconds one request may take, from sending to its last token",
     )
     b.add_argument("--no-profile", action="store_true", help="skip the profiled request per arm")
     b.add_argument("--out", help="directory for bench.json, bench.md, plots, logs (default: results/bench/<cell>)")

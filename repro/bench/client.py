@@ -27,7 +27,7 @@ MAX_LINE_BYTES = 1 << 20
 MAX_ANSWER_BYTES = 64 << 20
 
 
-class MalformedStream(ValueError):
+class MalformedStreamError(ValueError):
     """The answer is not the server-sent events of JSON that an OpenAI-compatible server streams."""
 
 
@@ -73,12 +73,12 @@ async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
     async for data in content.iter_any():
         total += len(data)
         if total > MAX_ANSWER_BYTES:
-            raise MalformedStream(f"the answer went past {MAX_ANSWER_BYTES >> 20} MiB")
+            raise MalformedStreamError(f"the answer went past {MAX_ANSWER_BYTES >> 20} MiB")
         *lines, pending = (pending + data).split(b"\n")
         for line in lines:
             yield line
         if len(pending) > MAX_LINE_BYTES:
-            raise MalformedStream(f"a line went past {MAX_LINE_BYTES >> 20} MiB without ending")
+            raise MalformedStreamError(f"a line went past {MAX_LINE_BYTES >> 20} MiB without ending")
     if pending:
         yield pending
 
@@ -87,9 +87,9 @@ def _chunk(data: bytes) -> dict:
     try:
         chunk = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise MalformedStream(f"an event is not JSON: {data[:80]!r}") from None
+        raise MalformedStreamError(f"an event is not JSON: {data[:80]!r}") from None
     if not isinstance(chunk, dict) or not isinstance(chunk.get("choices", []), list):
-        raise MalformedStream(f"an event is not a completion chunk: {data[:80]!r}")
+        raise MalformedStreamError(f"an event is not a completion chunk: {data[:80]!r}")
     return chunk
 
 
@@ -133,12 +133,12 @@ async def _one(
                 if _carries_tokens(chunk):
                     arrivals.append(time.perf_counter())
                     if len(arrivals) > output_len:
-                        raise MalformedStream(f"more chunks with tokens than the {output_len} tokens asked for")
+                        raise MalformedStreamError(f"more chunks with tokens than the {output_len} tokens asked for")
             else:
                 return RequestRecord(False, error="the stream ended without [DONE]: the server went away mid-answer")
     except TimeoutError:
         return RequestRecord(False, error=f"no complete answer within the request timeout ({timeout:g} s)")
-    except MalformedStream as e:
+    except MalformedStreamError as e:
         return RequestRecord(False, error=f"malformed stream: {e}")
     except aiohttp.ClientError as e:
         return RequestRecord(False, error=f"{type(e).__name__}: {e}")

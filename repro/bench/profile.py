@@ -42,7 +42,9 @@ def annotated_steps(events: list[dict]) -> int:
     return sum(
         1
         for e in events
-        if e.get("ph") == "X" and e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(STEP_ANNOTATION)
+        if e.get("ph") == "X"
+        and e.get("cat") == "user_annotation"
+        and str(e.get("name", "")).startswith(STEP_ANNOTATION)
     )
 
 
@@ -60,9 +62,10 @@ def step_profile(events: list[dict], steps: int) -> StepProfile:
     """Per-step figures over the GPU's active span, for a trace of ``steps`` engine steps."""
     gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
     if not gpu or steps < 1:
+        spans = sum(e.get("ph") == "X" for e in events)
         raise ValueError(
-            f"the trace has no GPU activity ({annotated_steps(events)} engine steps annotated, "
-            f"{sum(e.get('ph') == 'X' for e in events)} events): a CPU engine, or a profiler without CUDA/HIP activities"
+            f"the trace has no GPU activity ({annotated_steps(events)} engine steps annotated, {spans} events): "
+            "a CPU engine, or a profiler without CUDA/HIP activities"
         )
     intervals = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in gpu]
     span = max(hi for _, hi in intervals) - min(lo for lo, _ in intervals)

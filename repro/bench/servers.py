@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 LOG_TAIL_LINES = 15
 CANCEL_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -198,7 +199,7 @@ GpuMemoryReader = Callable[[], int]
 def gpu_memory_reader() -> tuple[GpuMemoryReader | None, str]:
     """A reader of the memory in use on every GPU (NVML), or None and why there is none."""
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-not-found]  # nvidia-ml-py: not installed where the kit is linted
     except ImportError:
         return None, "not checked: pynvml (nvidia-ml-py) is not importable in the bench's Python"
     try:
@@ -298,10 +299,13 @@ def stop_group(process: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
         process.wait()
 
 
-def _restore(handlers: dict[signal.Signals, object]) -> None:
+SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+
+def _restore(handlers: dict[signal.Signals, SignalHandler]) -> None:
     for sig, handler in handlers.items():
         # None: a handler Python did not install; the default is the honest way back.
-        signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # type: ignore[arg-type]
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 class Cancellation:

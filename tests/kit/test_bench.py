@@ -81,7 +81,10 @@ def test_a_server_that_dies_mid_run_is_a_result_not_a_traceback(tmp_path):
 
 def test_a_server_that_never_answers_times_out(tmp_path):
     done = run_bench(config(tmp_path, server_args=("--stall", "completions"), request_timeout=1), say=lambda _: None)
-    assert "failed at concurrency 1" in done.failure and "no complete answer within the request timeout (1 s)" in done.failure
+    assert (
+        "failed at concurrency 1" in done.failure
+        and "no complete answer within the request timeout (1 s)" in done.failure
+    )
 
 
 def test_a_server_that_never_becomes_healthy_times_out_at_start(tmp_path):
