@@ -253,9 +253,9 @@ def run_bench(config: BenchConfig, say: Callable[[str], None] = print) -> BenchR
     run = BenchRun(config, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     base_env = dict(os.environ)
     read_gpu, run.gpu_memory_check = gpu_memory_check(config)
-    # What the GPUs hold before any server of the bench: each stopped arm must give back to this.
-    baseline = read_gpu() if read_gpu else 0
     try:
+        # What the GPUs hold before any server of the bench: each stopped arm must give back to this.
+        baseline = read_gpu() if read_gpu else 0
         with servers.cancelled_by_signals() as cancel:
             for rnd in range(config.rounds):
                 for arm in config.arms:

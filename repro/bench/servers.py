@@ -209,7 +209,10 @@ def gpu_memory_reader() -> tuple[GpuMemoryReader | None, str]:
         return None, f"not checked: NVML did not answer ({exc})"
 
     def used() -> int:
-        return sum(int(pynvml.nvmlDeviceGetMemoryInfo(h).used) for h in handles)
+        try:
+            return sum(int(pynvml.nvmlDeviceGetMemoryInfo(h).used) for h in handles)
+        except pynvml.NVMLError as exc:
+            raise ServerError(f"NVML stopped answering while the bench waited for GPU memory: {exc}") from None
 
     return used, f"checked with NVML on {len(handles)} GPU(s)"
 
