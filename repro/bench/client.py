@@ -4,6 +4,11 @@ What ``vllm bench serve`` measures, done by the kit itself so that the same
 client drives vLLM and the test server and needs no tokenizer: prompts are
 token ids of a fixed length, outputs a fixed number of tokens (``ignore_eos``),
 greedy, at most ``concurrency`` requests in flight.
+
+A server cannot hold the client: each request has a total timeout, every line
+and every answer a size limit, and a stream that is stalled, endless or not
+server-sent events of JSON is a failed request with the reason, never a hang
+or a traceback. The first failed request of a level sends no more of its requests.
 """
 
 from __future__ import annotations
@@ -11,10 +16,19 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import aiohttp
 import numpy as np
+
+# A vLLM chunk is a few hundred bytes; these bounds only stop a server that never ends a line or an answer.
+MAX_LINE_BYTES = 1 << 20
+MAX_ANSWER_BYTES = 64 << 20
+
+
+class MalformedStreamError(ValueError):
+    """The answer is not the server-sent events of JSON that an OpenAI-compatible server streams."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +49,7 @@ class RequestRecord:
 @dataclass(frozen=True)
 class LevelRun:
     concurrency: int
-    records: tuple[RequestRecord, ...]
+    records: tuple[RequestRecord, ...]  # the requests sent: none after the first that failed
     seconds: float
 
     @property
@@ -53,8 +67,39 @@ def make_prompts(count: int, length: int, vocab: int, key: tuple[int, ...]) -> l
     return rng.integers(10, vocab, size=(count, length)).tolist()
 
 
+async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The answer's lines, each and all of them within their size limits."""
+    pending, total = b"", 0
+    async for data in content.iter_any():
+        total += len(data)
+        if total > MAX_ANSWER_BYTES:
+            raise MalformedStreamError(f"the answer went past {MAX_ANSWER_BYTES >> 20} MiB")
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            yield line
+        if len(pending) > MAX_LINE_BYTES:
+            raise MalformedStreamError(f"a line went past {MAX_LINE_BYTES >> 20} MiB without ending")
+    if pending:
+        yield pending
+
+
+def _chunk(data: bytes) -> dict:
+    try:
+        chunk = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise MalformedStreamError(f"an event is not JSON: {data[:80]!r}") from None
+    if not isinstance(chunk, dict) or not isinstance(chunk.get("choices", []), list):
+        raise MalformedStreamError(f"an event is not a completion chunk: {data[:80]!r}")
+    return chunk
+
+
+def _carries_tokens(chunk: dict) -> bool:
+    # Token ids too: a byte-level token that ends inside a UTF-8 character arrives with empty text.
+    return any(isinstance(c, dict) and (c.get("text") or c.get("token_ids")) for c in chunk["choices"])
+
+
 async def _one(
-    session: aiohttp.ClientSession, url: str, model: str, prompt: list[int], output_len: int
+    session: aiohttp.ClientSession, url: str, model: str, prompt: list[int], output_len: int, timeout: float
 ) -> RequestRecord:
     payload = {
         "model": model,
@@ -65,30 +110,36 @@ async def _one(
         "temperature": 0.0,
         "stream": True,
         "stream_options": {"include_usage": True},
+        "return_token_ids": True,
     }
     sent = time.perf_counter()
     arrivals: list[float] = []
     usage_tokens = None
     try:
-        async with session.post(url, json=payload) as response:
+        async with asyncio.timeout(timeout), session.post(url, json=payload) as response:
             if response.status != 200:
-                return RequestRecord(False, error=f"HTTP {response.status}: {(await response.text())[:200]}")
-            async for raw in response.content:
+                body = (await response.content.read(200)).decode(errors="replace")
+                return RequestRecord(False, error=f"HTTP {response.status}: {body}")
+            async for raw in _lines(response.content):
                 line = raw.strip()
                 if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
                 if data == b"[DONE]":
                     break
-                chunk = json.loads(data)
-                if chunk.get("usage"):
+                chunk = _chunk(data)
+                if isinstance(chunk.get("usage"), dict):
                     usage_tokens = chunk["usage"].get("completion_tokens")
-                if any(c.get("text") for c in chunk.get("choices", [])):
+                if _carries_tokens(chunk):
                     arrivals.append(time.perf_counter())
+                    if len(arrivals) > output_len:
+                        raise MalformedStreamError(f"more chunks with tokens than the {output_len} tokens asked for")
             else:
                 return RequestRecord(False, error="the stream ended without [DONE]: the server went away mid-answer")
     except TimeoutError:
-        return RequestRecord(False, error="no answer within the request timeout")
+        return RequestRecord(False, error=f"no complete answer within the request timeout ({timeout:g} s)")
+    except MalformedStreamError as e:
+        return RequestRecord(False, error=f"malformed stream: {e}")
     except aiohttp.ClientError as e:
         return RequestRecord(False, error=f"{type(e).__name__}: {e}")
     if not arrivals:
@@ -104,24 +155,42 @@ async def _one(
 
 
 async def _level(
-    base_url: str, model: str, prompts: list[list[int]], concurrency: int, output_len: int, timeout: float
+    base_url: str,
+    model: str,
+    prompts: list[list[int]],
+    concurrency: int,
+    output_len: int,
+    timeout: float,
+    stop: Callable[[], bool],
 ) -> LevelRun:
-    gate = asyncio.Semaphore(concurrency)
-    # sock_read: the longest silence allowed between two chunks, so a long answer is never cut but a hang is.
-    limits = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
+    queue = enumerate(prompts)  # shared: each client takes the next prompt when its last answer is in
+    records: dict[int, RequestRecord] = {}
+    failed = False
     connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(timeout=limits, connector=connector) as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), connector=connector) as session:
 
-        async def bounded(prompt: list[int]) -> RequestRecord:
-            async with gate:
-                return await _one(session, f"{base_url}/v1/completions", model, prompt, output_len)
+        async def one_client() -> None:
+            nonlocal failed
+            for index, prompt in queue:
+                # After a failure the run stops at this level anyway: a hanging server costs one timeout, not N.
+                if failed or stop():
+                    return
+                records[index] = await _one(session, f"{base_url}/v1/completions", model, prompt, output_len, timeout)
+                failed = failed or not records[index].ok
 
         started = time.perf_counter()
-        records = await asyncio.gather(*(bounded(p) for p in prompts))
-    return LevelRun(concurrency, tuple(records), time.perf_counter() - started)
+        await asyncio.gather(*(one_client() for _ in range(concurrency)))
+    return LevelRun(concurrency, tuple(records[i] for i in sorted(records)), time.perf_counter() - started)
 
 
 def run_level(
-    base_url: str, model: str, prompts: list[list[int]], concurrency: int, output_len: int, timeout: float
+    base_url: str,
+    model: str,
+    prompts: list[list[int]],
+    concurrency: int,
+    output_len: int,
+    timeout: float,
+    stop: Callable[[], bool] = lambda: False,
 ) -> LevelRun:
-    return asyncio.run(_level(base_url, model, prompts, concurrency, output_len, timeout))
+    """The prompts through the server, at most ``concurrency`` at a time; none sent once ``stop()`` says so."""
+    return asyncio.run(_level(base_url, model, prompts, concurrency, output_len, timeout, stop))

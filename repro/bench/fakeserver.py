@@ -17,10 +17,12 @@ import argparse
 import asyncio
 import ctypes
 import gzip
+import itertools
 import json
 import mmap
 import os
 import random
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -31,6 +33,12 @@ from aiohttp import web
 from matrix.variables import PIN_MEMORY
 
 PINNED_BYTES = 4 << 20  # what the pinned arm locks, so that the memory sampler has something to find
+# A child in the server's process group that, told to stop, takes its time: as vLLM's engine core may.
+LINGERING_CHILD = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(float(sys.argv[1])), sys.exit(0)))\n"
+    "while True: time.sleep(60)\n"
+)
 
 
 def _lock_host_memory() -> mmap.mmap:
@@ -114,6 +122,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": {"message": f"model {body.get('model')!r} does not exist"}}, status=404)
     if args.stall == "completions":
         await asyncio.Event().wait()
+    if args.stream is not None:
+        return await MISBEHAVIOURS[args.stream](request, args.model)
     engine.started += 1
     dies = args.die_after is not None and engine.started > args.die_after
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -138,6 +148,48 @@ async def completions(request: web.Request) -> web.StreamResponse:
     finally:
         engine.streams.discard(stream)
     return response
+
+
+def _event(model: str, text: str) -> bytes:
+    chunk = {"object": "text_completion", "model": model, "choices": [{"index": 0, "text": text}]}
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+async def _streaming(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    return response
+
+
+async def endless(request: web.Request, model: str) -> web.StreamResponse:
+    """Tokens, well formed, for ever: never [DONE]."""
+    response = await _streaming(request)
+    tokens = itertools.count()
+    while True:
+        await response.write(_event(model, f" t{next(tokens)}"))
+        await asyncio.sleep(0.001)
+
+
+async def slowloris(request: web.Request, model: str) -> web.StreamResponse:
+    """One token, then one byte of the next event every 0.2 s: never silent for long, never done."""
+    response = await _streaming(request)
+    await response.write(_event(model, " t0"))
+    trickle = itertools.cycle(_event(model, " t1")[:-2])
+    while True:
+        await response.write(bytes([next(trickle)]))
+        await asyncio.sleep(0.2)
+
+
+async def malformed(request: web.Request, model: str) -> web.StreamResponse:
+    """Events that are not JSON, then [DONE]."""
+    response = await _streaming(request)
+    await response.write(_event(model, " t0"))
+    await response.write(b'data: {"choices": [{"text": " t1"\n\n')
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
+MISBEHAVIOURS = {"endless": endless, "slowloris": slowloris, "malformed": malformed}
 
 
 async def start_profile(request: web.Request) -> web.Response:
@@ -189,11 +241,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-start", action="store_true", help="exit with an error instead of serving")
     parser.add_argument("--die-after", type=int, help="crash in the middle of the request after this many")
     parser.add_argument("--stall", choices=["health", "completions"], help="never answer this endpoint")
+    parser.add_argument("--stream", choices=list(MISBEHAVIOURS), help="answer completions with a stream like this")
+    parser.add_argument("--linger", type=float, help="keep a child that exits this many seconds after being told to")
     args = parser.parse_args(argv)
     if args.fail_start:
         print("fake server: refusing to start (--fail-start)", file=sys.stderr)
         return 1
     locked = _lock_host_memory() if os.environ.get(PIN_MEMORY.name) == "1" else None
+    if args.linger is not None:
+        child = subprocess.Popen([sys.executable, "-c", LINGERING_CHILD, str(args.linger)])
+        print(f"fake server: lingering child {child.pid}", file=sys.stderr, flush=True)
     # A stalled handler never finishes: do not wait long for it when told to stop.
     web.run_app(make_app(args), host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=1)
     del locked

