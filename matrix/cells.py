@@ -7,8 +7,8 @@ derive them from here.
 from __future__ import annotations
 
 import enum
-import functools
 import fnmatch
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Self

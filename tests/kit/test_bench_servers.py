@@ -22,8 +22,8 @@ from conftest import ROOT
 
 from matrix.cells import Cell, Host
 from matrix.plan import CellPlan, Execution
-from matrix.variables import FLASHINFER_SAMPLER
 from matrix.report.bench import PLUMBING_SERVER, latest_per_cell
+from matrix.variables import FLASHINFER_SAMPLER
 from repro.bench import markdown, profile, record, run, servers
 from repro.bench.run import Arm, BenchConfig, BenchRun
 
