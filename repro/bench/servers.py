@@ -199,7 +199,7 @@ GpuMemoryReader = Callable[[], int]
 def gpu_memory_reader() -> tuple[GpuMemoryReader | None, str]:
     """A reader of the memory in use on every GPU (NVML), or None and why there is none."""
     try:
-        import pynvml  # type: ignore[import-not-found]  # nvidia-ml-py: not installed where the kit is linted
+        import pynvml  # nvidia-ml-py (the bench extra); vLLM unpacked as files may lack it
     except ImportError:
         return None, "not checked: pynvml (nvidia-ml-py) is not importable in the bench's Python"
     try:
