@@ -249,6 +249,7 @@ def run_bench(config: BenchConfig, say: Callable[[str], None] = print) -> BenchR
     """Run every round of every arm; a failure ends the run with its reason, keeping what was measured."""
     started = time.monotonic()
     run = BenchRun(config, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+    # Taken first: the GPU memory reader imports vLLM, which sets variables of its own in this process.
     base_env = dict(os.environ)
     read_gpu, run.gpu_memory_check = gpu_memory_check(config)
     try:
