@@ -199,17 +199,13 @@ GpuMemoryReader = Callable[[], int]
 def gpu_memory_reader() -> tuple[GpuMemoryReader | None, str]:
     """A reader of the memory in use on every GPU (NVML), or None and why there is none.
 
-    NVML through vLLM's own copy of nvidia-ml-py's binding: every vLLM that serves on a GPU has
-    it, vLLM unpacked as files included, so nothing more is installed. Importing it imports vLLM
-    (and torch) into the bench's process, whose environment the servers' was taken from before.
+    nvidia-ml-py's binding (the bench extra), not vLLM's copy of it: importing that would import
+    vLLM and torch into the bench's own process.
     """
     try:
-        import vllm.third_party.pynvml as pynvml
+        import pynvml
     except ImportError:
-        return (
-            None,
-            "not checked: vLLM's NVML binding (vllm.third_party.pynvml) is not importable in the bench's Python",
-        )
+        return None, "not checked: pynvml (nvidia-ml-py) is not importable in the bench's Python"
     try:
         pynvml.nvmlInit()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
