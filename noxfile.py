@@ -263,7 +263,7 @@ def cell(session: nox.Session, stack: str, host: str, runner: str, mode: str) ->
 
 @nox.session
 def gate(session: nox.Session) -> None:
-    """Gate tests of all 24 cells: what the installed vLLM decides per host, no GPU needed."""
+    """Gate and engine-config tests of all 24 cells: what the installed vLLM decides per host, no GPU needed."""
     _run_cells(session, "all", "gate", tests=GROUP_TESTS["gate"])
 
 
@@ -318,7 +318,7 @@ def _release_python(session: nox.Session, version: str) -> str:
 
 @nox.session(default=False)
 def history(session: nox.Session) -> None:
-    """Gate tests of all 24 cells against each vLLM release, each in its own environment -> results/history/<v>/."""
+    """Gate and engine-config tests of all 24 cells per vLLM release, each in its own venv -> results/history/<v>/."""
     parser = argparse.ArgumentParser(prog="nox -s history --")
     parser.add_argument("--versions", default=",".join(HISTORY_VERSIONS), help="comma-separated vLLM releases")
     args = parser.parse_args(session.posargs)
@@ -334,11 +334,13 @@ def history(session: nox.Session) -> None:
         where.mkdir(parents=True, exist_ok=True)
         if _record_environment(session, python, where) is not None:
             # Failed tests are a result here too: an old release that breaks a rule is what history is for.
-            _test_cells(session, python, "all", ("tests/cell/test_gate.py",), (), where, RESULTS / "history" / version)
+            _test_cells(session, python, "all", GROUP_TESTS["gate"], (), where, RESULTS / "history" / version)
         timings.append((version, installed - started, time.perf_counter() - installed))
     total = sum(i + g for _, i, g in timings)
     for version, install_s, gate_s in timings:
-        session.log(f"vLLM {version}: install {install_s:5.1f} s, gate tests of 24 cells {gate_s:5.1f} s")
+        session.log(
+            f"vLLM {version}: install {install_s:5.1f} s, gate and engine-config tests of 24 cells {gate_s:5.1f} s"
+        )
     session.log(f"{len(timings)} releases x 24 cells in {total:.0f} s ({total / 60:.1f} min)")
 
 

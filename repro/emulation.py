@@ -27,6 +27,8 @@ from matrix.cells import Host, Stack
 EMULATED_NODE = "wslpin-emulated"
 # A Radeon RX 7900 XTX: the RDNA3 card AMD supports for ROCm on WSL2.
 EMULATED_GCN_ARCH = "gfx1100"
+# An H200, the GPU the kit's measurements come from (Hopper, compute capability 9.0).
+EMULATED_CUDA_CAPABILITY = (9, 0)
 
 
 def present_host(host: Host) -> None:
@@ -45,7 +47,11 @@ class NVMLError_LibraryNotFound(_NvmlError):  # noqa: N801, N818 - pynvml's own 
 
 
 def _nvml_stub(gpus: int) -> types.ModuleType:
-    """NVML answering for ``gpus`` devices (libnvidia-ml is absent without an NVIDIA driver)."""
+    """NVML answering for ``gpus`` devices (libnvidia-ml is absent without an NVIDIA driver).
+
+    Beyond the count, only what building vLLM's engine config asks: which device, its name and compute
+    capability (model and kernel modules read the capability at import, repro/engine_config.py).
+    """
     nvml = types.ModuleType("pynvml")
 
     def init() -> None:
@@ -65,6 +71,9 @@ def _nvml_stub(gpus: int) -> types.ModuleType:
         nvmlInit=init,
         nvmlShutdown=lambda: None,
         nvmlDeviceGetCount=lambda: gpus,
+        nvmlDeviceGetHandleByIndex=lambda index: index,
+        nvmlDeviceGetName=lambda handle: "emulated NVIDIA H200",
+        nvmlDeviceGetCudaComputeCapability=lambda handle: EMULATED_CUDA_CAPABILITY,
         NVMLError=_NvmlError,
         __getattr__=unsupported,
     )
@@ -141,10 +150,34 @@ def _triton_sees_a_gpu(stack: Stack) -> None:
             backend.driver.is_active = staticmethod(lambda active=(name == wanted): active)
 
 
+class _KernelQueries:
+    """``torch.ops._C`` without vLLM's compiled kernels: their support queries answer "no", nothing else runs.
+
+    Some modules ask at import whether a kernel suits the device (``cutlass_scaled_mm_supports_fp8``);
+    the stubbed extension registers no ops, so torch would raise instead. Any other op still raises:
+    no kernel runs without the GPU.
+    """
+
+    def __init__(self, ops: object) -> None:
+        self._ops = ops
+
+    def __getattr__(self, name: str) -> object:
+        if "support" in name:
+            return lambda *_a, **_k: False
+        return getattr(self._ops, name)
+
+
+def _kernel_queries_unsupported() -> None:
+    import torch
+
+    torch.ops._C = _KernelQueries(torch.ops._C)  # torch.ops keeps namespaces as attributes
+
+
 def stub_gpu(stack: Stack) -> None:
     # vLLM's compiled extensions link against libcuda/libamdhip64: they cannot
-    # load here. Their ops are never called by the gate code.
-    stubs = {name: types.ModuleType(name) for name in ("vllm._C", "vllm._C_stable_libtorch", "vllm._rocm_C")}
+    # load here. Their ops are never called by the gate code, nor by building the engine config.
+    extensions = ("_C", "_C_stable_libtorch", "_rocm_C", "vllm_flash_attn._vllm_fa2_C", "vllm_flash_attn._vllm_fa3_C")
+    stubs = {f"vllm.{name}": types.ModuleType(f"vllm.{name}") for name in extensions}
     # Device discovery: NVML for CUDA (vLLM vendors it as vllm.third_party.pynvml;
     # older releases import the pynvml package), amdsmi for ROCm.
     nvml = _nvml_stub(1 if stack is Stack.CUDA else 0)
@@ -156,6 +189,7 @@ def stub_gpu(stack: Stack) -> None:
         sys.modules["amdsmi"] = None  # type: ignore[assignment]  # a real amdsmi would find no GPU
     sys.meta_path.insert(0, _StubFinder(stubs))
     _triton_sees_a_gpu(stack)
+    _kernel_queries_unsupported()
     if stack is Stack.ROCM:
         import torch
 

@@ -77,3 +77,14 @@ def torch_at_fault(traceback_text: str) -> bool:
     frames = [line for line in lines if line.lstrip().startswith('File "')]
     last_frame_in_torch = bool(frames) and re.search(r"[/\\]torch[/\\]", frames[-1]) is not None
     return last_frame_in_torch or re.search(r"\btorch\b", lines[-1]) is not None
+
+
+def exception_text(traceback_text: str) -> str:
+    """The exception a traceback ends in, on one line: its type and message, not the frames above it.
+
+    Multi-line messages are kept (pydantic puts the reason on the second line), less pydantic's link line.
+    """
+    lines = (traceback_text or "").strip().splitlines()
+    starts = [i for i, line in enumerate(lines) if line[:1] not in ("", " ", "\t")]
+    tail = lines[starts[-1] :] if starts else lines[-1:]
+    return " ".join(line.strip() for line in tail if not line.strip().startswith("For further information"))

@@ -3,7 +3,7 @@
 
 import pytest
 
-from repro.failures import FailureKind, classify
+from repro.failures import FailureKind, classify, exception_text
 
 DYNAMO = """Traceback (most recent call last):
   File "vllm/v1/engine/core.py", line 112, in __init__
@@ -77,3 +77,22 @@ def test_each_failure_gets_its_kind(text, kind):
 def test_the_uva_crash_wins_over_what_follows_it():
     # A V2 start-up crash prints the UVA error and later an engine-core failure: the cause comes first.
     assert classify(UVA + "\nRuntimeError: Engine core initialization failed.") is FailureKind.UVA_NOT_AVAILABLE
+
+
+def test_exception_text_is_the_exception_not_the_frames():
+    pydantic = (
+        "Traceback (most recent call last):\n"
+        '  File "arg_utils.py", line 1639, in create_model_config\n'
+        "    return ModelConfig(\n"
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+        "  Value error, Model architectures ['X'] are not supported for now. [type=value_error]\n"
+        "    For further information visit https://errors.pydantic.dev/2.14/v/value_error\n"
+    )
+    assert exception_text(pydantic) == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig "
+        "Value error, Model architectures ['X'] are not supported for now. [type=value_error]"
+    )
+    assert (
+        exception_text("Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'x'") == "KeyError: 'x'"
+    )
+    assert exception_text("") == ""

@@ -10,17 +10,14 @@ from pathlib import Path
 import pytest
 from conftest import require_gate_only, run_module
 
+from matrix.groups import GROUP_TESTS
 from matrix.layout import run_dir
 from matrix.plan import cell_pytest_args
 from matrix.releases import VLLM_VERSION
 
 CELLS = "cuda-wsl2new-v2-graph,rocm-wsl2new-v2-graph"
 # The tests each session runs (noxfile.py: gate, probe, repro), by group.
-SESSIONS = {
-    "gate": ("tests/cell/test_gate.py",),
-    "probe": ("tests/cell/test_repro.py", "-k", "bare_torch_probe"),
-    "repro": ("tests/cell/test_repro.py", "-k", "not bare_torch_probe"),
-}
+SESSIONS = {group: GROUP_TESTS[group] for group in ("gate", "probe", "repro")}
 
 
 @pytest.fixture(scope="module")

@@ -73,7 +73,7 @@ def test_summary_prints_the_table(results):
     assert done.returncode == 0, done.stderr
     header, rule, row = done.stdout.splitlines()[:3]
     assert header.split()[:2] == ["cell", "execution"]
-    assert row.split()[:7] == [CELL, "gate-only", "11", "0", "5", "18", "on"]
+    assert row.split()[:7] == [CELL, "gate-only", "13", "0", "5", "18", "on"]
 
 
 def test_a_cell_without_results_still_gets_a_file_that_says_why(tmp_path):

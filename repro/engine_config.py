@@ -1,0 +1,157 @@
+"""Whether a vLLM release accepts the reproduction's engine, checked without a GPU.
+
+``check`` runs in a fresh child like the gate's (``repro.isolation``): it presents the cell's
+host and, without the cell's GPU, a stand-in for it (``repro.emulation``), gives vLLM's
+``EngineArgs`` the very keyword arguments the engine child gives ``LLM``
+(``repro.engine.engine_kwargs``) in the environment it runs in, builds the engine config and
+loads the tiny model's tokenizer through vLLM. It stops before any device is touched. A keyword
+a release renamed, an attention backend it dropped or a model it no longer reads fails here, in
+every release's history run, instead of on the first GPU the reproduction meets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import tempfile
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matrix.cells import Cell
+from matrix.plan import CellPlan, Execution
+from repro import emulation
+from repro.engine import engine_kwargs
+from repro.gate import preload
+from repro.isolation import Outcome, run_isolated
+from repro.offload import CACHE_ROOT, EngineRun
+
+DEFAULT_TIMEOUT = 180.0
+# The reproduction's own run: the pin variable changes no engine argument, so one value stands for both.
+PIN_ENV = "unset"
+ROUND_TRIP = "the kit's tiny model"
+
+
+@dataclass(frozen=True)
+class ConfigRequest:
+    """One child: the cells of one stack and host, presented and stood in for alike, checked one after another.
+
+    Runner and graph mode reach vLLM as a variable it reads when the config is built and as a keyword,
+    so one process builds each cell's config in turn (the gate's runner choice does the same), and
+    pays vLLM's import once per host instead of once per cell.
+    """
+
+    runs: tuple[EngineRun, ...]
+    model: str
+    stub_gpu: bool  # no GPU of this stack here
+
+
+def requests_for(plans: Iterable[CellPlan], model: Path) -> list[ConfigRequest]:
+    """One request per stack, host and way of running them (native, emulated, gate-only)."""
+    groups: dict[tuple, list[EngineRun]] = {}
+    for plan in plans:
+        emulated = plan.execution is not Execution.NATIVE
+        key = (plan.cell.stack, plan.cell.host, emulated, not plan.execution.uses_gpu)
+        groups.setdefault(key, []).append(EngineRun(plan.cell, PIN_ENV, True, emulated))
+    return [ConfigRequest(tuple(runs), str(model), stub_gpu=key[3]) for key, runs in sorted(groups.items())]
+
+
+# A setting this release's config does not have (older releases keep some elsewhere, or nowhere).
+MISSING = object()
+
+
+def _setting(config: object, *paths: str) -> object:
+    """The first of ``paths`` (dotted attributes) this config has, as plain data; MISSING if none."""
+    for path in paths:
+        value: object = config
+        for name in path.split("."):
+            value = getattr(value, name, MISSING)
+        if value is not MISSING:
+            return value if isinstance(value, bool | int | float | type(None)) else str(value)
+    return MISSING
+
+
+def _engine_settings(config: object) -> dict[str, object]:
+    """What the built config says about the settings the reproduction depends on."""
+    settings = {
+        # Newer releases moved the offload size into an offload config of its own (the gate's _offload_path).
+        "cpu_offload_gb": _setting(config, "offload_config.uva.cpu_offload_gb", "cache_config.cpu_offload_gb"),
+        "enforce_eager": _setting(config, "model_config.enforce_eager"),
+        "use_v2_model_runner": _setting(config, "use_v2_model_runner"),
+        "attention_backend": _setting(config, "attention_config.backend"),
+        "dtype": _setting(config, "model_config.dtype"),
+        "max_model_len": _setting(config, "model_config.max_model_len"),
+    }
+    return {key: value for key, value in settings.items() if value is not MISSING}
+
+
+def _get_tokenizer() -> Callable[[str], Any]:
+    """vLLM's ``get_tokenizer``, from whichever module this release keeps it in."""
+    try:
+        from vllm.tokenizers import get_tokenizer
+    except ImportError:
+        from vllm.transformers_utils.tokenizer import get_tokenizer
+    return get_tokenizer
+
+
+def check(request: ConfigRequest, cache_root: str) -> dict[str, dict]:
+    """In a fresh process: the host and stand-in, then per cell its engine's environment and vLLM's engine config."""
+    base = dict(os.environ) | {CACHE_ROOT: cache_root}
+    first = request.runs[0]
+    if first.present_host:
+        emulation.present_host(first.cell.host)
+    if request.stub_gpu:
+        emulation.stub_gpu(first.cell.stack)
+    answers = {}
+    for run in request.runs:
+        os.environ.clear()
+        os.environ.update(run.env(base))
+        answers[run.cell.id] = {"config": _config(run, request.model), **_tokenizer(request.model)}
+    try:
+        # The engine's next step: what loads the weights imports under the cell's host and stand-in. Imported
+        # in every check, not only where vLLM's model-info cache missed (vLLM imports it to write the cache).
+        import vllm.model_executor.model_loader  # noqa: F401
+    except BaseException:  # noqa: BLE001
+        loader_error = traceback.format_exc()
+        for answer in answers.values():
+            answer["loader_error"] = loader_error
+    return answers
+
+
+def _config(run: EngineRun, model: str) -> dict:
+    """The settings of the engine config vLLM builds from the engine child's own keyword arguments, or why not."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        return {"settings": _engine_settings(EngineArgs(**engine_kwargs(run.spec(Path(model)))).create_engine_config())}
+    except BaseException:  # noqa: BLE001 - a release refusing the kit's engine is the finding
+        return {"error": traceback.format_exc()}
+
+
+def _tokenizer(model: str) -> dict:
+    try:
+        tokenizer = _get_tokenizer()(model)
+        text = tokenizer.decode(tokenizer.encode(ROUND_TRIP, add_special_tokens=False))
+        return {"vocab_size": len(tokenizer), "round_trip": text}
+    except BaseException:  # noqa: BLE001
+        return {"tokenizer_error": traceback.format_exc()}
+
+
+def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) -> dict[Cell, Outcome]:
+    """One child per request, as many at a time as there are cores; each cell's answer.
+
+    The children share one vLLM cache root, made for this call. vLLM inspects the model's architecture in
+    an interpreter of its own, which neither the presented host nor the stand-in GPU reaches, so its
+    answer is every cell's; cached, it costs one ~10 s interpreter start per call instead of one per child.
+    """
+    preload()
+    with tempfile.TemporaryDirectory(prefix="wslpin-config-") as cache:
+        outcomes = run_isolated(functools.partial(check, cache_root=cache), requests, timeout=timeout)
+    return {
+        run.cell: dataclasses.replace(o, value=o.value[run.cell.id]) if o.ok else o
+        for request, o in zip(requests, outcomes, strict=True)
+        for run in request.runs
+    }

@@ -1,0 +1,81 @@
+"""Engine-config tests: the installed vLLM accepts the reproduction's engine in each cell, without a GPU.
+
+vLLM builds the engine config from the exact keyword arguments and environment of the engine child
+(``repro.engine``) under the cell's host, and loads the tiny model's tokenizer; nothing touches a
+device (repro/engine_config.py). Run in every release's history, this is where a renamed keyword,
+a dropped attention backend or a model the release no longer reads shows, before any GPU does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from matrix.cells import Mode
+from repro import engine_config
+from repro.failures import exception_text, torch_at_fault
+from repro.tinymodel import CONFIG, tiny_model
+
+
+@pytest.fixture(scope="session")
+def engine_configs(request, plans, vllm_version):
+    """Every selected cell's answer, from one child per stack and host (none without vLLM)."""
+    if vllm_version is None:
+        return {}
+    model = tiny_model(Path(request.config.getoption("--model-cache")))
+    return engine_config.evaluate(engine_config.requests_for(plans.values(), model))
+
+
+def _answer(engine_configs, cell, vllm_version) -> dict:
+    if vllm_version is None:
+        pytest.fail("vLLM is not installed in this environment: run the cell through nox, which installs it")
+    outcome = engine_configs[cell]
+    if not outcome.ok:
+        pytest.fail(f"no answer from vLLM under this host ({outcome.status}): {outcome.detail}\n{outcome.log}")
+    return outcome.value
+
+
+def _plain(value: object) -> object:
+    """An enum member's name as the config prints it (``AttentionBackendEnum.TRITON_ATTN``), anything else as is."""
+    return value.rpartition(".")[2] if isinstance(value, str) else value
+
+
+def _refused(what: str, error: str, vllm_version: str, torch_pin: str | None, tag) -> None:
+    last = exception_text(error)
+    if torch_pin and torch_at_fault(error):
+        tag("failure_kind", "torch-mismatch")
+        pytest.skip(f"torch mismatch: vLLM {vllm_version} asks for {torch_pin}, and {what} failed in torch: {last}")
+    pytest.fail(f"vLLM {vllm_version} refused {what}: {last}\n{error}")
+
+
+def test_engine_config_builds(tag, engine_configs, cell, vllm_version, torch_pin):
+    """vLLM builds the engine config from the reproduction's own arguments, and it says what they asked."""
+    answer = _answer(engine_configs, cell, vllm_version)
+    config = answer["config"]
+    if "error" in config:
+        _refused("the reproduction's engine arguments (repro/engine.py)", config["error"], vllm_version, torch_pin, tag)
+    settings = config["settings"]
+    tag("engine_settings", json.dumps(settings, sort_keys=True))
+    # What the reproduction rests on; a release without a setting in its config is not judged on it.
+    wanted = {"cpu_offload_gb": 1, "enforce_eager": cell.mode is Mode.EAGER, "attention_backend": "TRITON_ATTN"}
+    differ = {
+        key: (settings[key], value)
+        for key, value in wanted.items()
+        if key in settings and _plain(settings[key]) != value
+    }
+    assert not differ, f"vLLM {vllm_version}'s engine config differs from the arguments (built, asked): {differ}"
+    if "loader_error" in answer:
+        _refused("to import its model loader under this host", answer["loader_error"], vllm_version, torch_pin, tag)
+
+
+def test_tokenizer_loads(tag, engine_configs, cell, vllm_version, torch_pin):
+    """vLLM loads the tiny model's tokenizer: the model's vocabulary, and text that comes back as it went in."""
+    answer = _answer(engine_configs, cell, vllm_version)
+    if "tokenizer_error" in answer:
+        _refused("the tiny model's tokenizer", answer["tokenizer_error"], vllm_version, torch_pin, tag)
+    assert answer["vocab_size"] == CONFIG["vocab_size"], (
+        f"vLLM's tokenizer has {answer['vocab_size']} tokens, the tiny model {CONFIG['vocab_size']}"
+    )
+    assert answer["round_trip"] == engine_config.ROUND_TRIP

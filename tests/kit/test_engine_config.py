@@ -1,0 +1,70 @@
+"""The engine-config cell tests against the real vLLM the kit pins: what they pass, and what makes them fail.
+
+No GPU is needed (the cells run gate-only here, the GPU stood in for as in the gate tests); vLLM's own
+``EngineArgs`` builds each config. The failing case is real too: a model vLLM has no architecture for.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import require_gate_only, run_module
+from junitparser import JUnitXml
+
+from matrix.junit import case_properties
+from repro.tinymodel import tiny_model
+
+# One cell of each stack, runner and graph mode: the CUDA stand-in (NVML, compiled kernels) and ROCm's.
+CELLS = "cuda-wsl2new-v2-graph,rocm-wsl2old-v1-eager"
+
+
+def run_cells(tmp_path: Path, model_cache: Path) -> dict[tuple[str, str], object]:
+    require_gate_only(CELLS)
+    junit = tmp_path / "junit.xml"
+    done = run_module(
+        "pytest",
+        "tests/cell/test_engine_config.py",
+        "--cells",
+        CELLS,
+        "--model-cache",
+        str(model_cache),
+        "-o",
+        "junit_family=xunit1",
+        f"--junitxml={junit}",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    cases = (case for suite in JUnitXml.fromfile(str(junit)) for case in suite)
+    return {(case_properties(case)["cell"], case.name.split("[")[0]): case for case in cases}
+
+
+def test_each_cell_builds_the_reproductions_engine_config_and_loads_the_tokenizer(tmp_path):
+    cases = run_cells(tmp_path, tmp_path / "models")
+    assert len(cases) == 4
+    assert all(case.is_passed for case in cases.values()), {k: c.result for k, c in cases.items()}
+    graph_v2 = json.loads(
+        case_properties(cases["cuda-wsl2new-v2-graph", "test_engine_config_builds"])["engine_settings"]
+    )
+    eager_v1 = json.loads(
+        case_properties(cases["rocm-wsl2old-v1-eager", "test_engine_config_builds"])["engine_settings"]
+    )
+    # vLLM's own config, read back: the offload the kit asked for, and each cell's runner and mode.
+    assert graph_v2["cpu_offload_gb"] == eager_v1["cpu_offload_gb"] == 1
+    assert (graph_v2["use_v2_model_runner"], graph_v2["enforce_eager"]) == (True, False)
+    assert (eager_v1["use_v2_model_runner"], eager_v1["enforce_eager"]) == (False, True)
+
+
+def test_a_model_vllm_cannot_read_fails_the_config_with_vllms_reason(tmp_path):
+    cache = tmp_path / "models"
+    config = tiny_model(cache) / "config.json"
+    # Tiny-model drift: an architecture no vLLM release implements. The tokenizer files are untouched.
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"architectures": ["WslpinNoSuchForCausalLM"]}))
+    cases = run_cells(tmp_path, cache)
+    for cell in CELLS.split(","):
+        failed = cases[cell, "test_engine_config_builds"]
+        assert not failed.is_passed and not failed.is_skipped
+        message = failed.result[0].message
+        assert "refused the reproduction's engine arguments" in message and "WslpinNoSuchForCausalLM" in message
+        assert cases[cell, "test_tokenizer_loads"].is_passed
