@@ -34,6 +34,9 @@ def _answer(engine_configs, cell, vllm_version) -> dict:
     outcome = engine_configs[cell]
     if not outcome.ok:
         pytest.fail(f"no answer from vLLM under this host ({outcome.status}): {outcome.detail}\n{outcome.log}")
+    if "import_error" in outcome.value:
+        reason = exception_text(outcome.value["import_error"])
+        pytest.skip(f"vLLM does not import under this host: see test_vllm_imports ({reason})")
     return outcome.value
 
 

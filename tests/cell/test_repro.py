@@ -69,6 +69,8 @@ def _pair(engine_results, plans, cell, pin_env):
 
 
 def _record(tag, result: offload.EngineResult) -> None:
+    # The run that was started: cases whose inputs to vLLM are equal share it (offload.share).
+    tag("engine_run", result.run.label)
     tag("engine_outcome", result.outcome)
     tag("engine_seconds", str(result.seconds))
     if result.offload:

@@ -114,8 +114,10 @@ def test_engine_cases_are_judged_as_the_rules_say(replayed, cell, pin_env):
     for test, expected in zip(ENGINE_TESTS, judged, strict=True):
         props = _check(replayed, test, cell, pin_env, expected)
         assert props["execution"] == ("native" if "-linux-" in cell else "emulated")
-    # The classifier read the failure from the error text the engine left.
-    assert replayed[ENGINE_TESTS[0], cell, pin_env][2]["engine_outcome"] == kind
+    # The classifier read the failure from the error text the engine left; the case names the run it rests on.
+    props = replayed[ENGINE_TESTS[0], cell, pin_env][2]
+    assert props["engine_outcome"] == kind
+    assert props["engine_run"] == f"{cell} pin_env={pin_env} offload"
 
 
 @pytest.mark.parametrize("pin_env", GATE_PIN_VALUES)
