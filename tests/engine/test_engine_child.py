@@ -24,16 +24,11 @@ def test_the_engine_child_generates_writes_its_result_and_exits_cleanly(model):
     runs = [EngineRun(CELL, "unset", offload, present_host=False) for offload in (False, True)]
 
     def child(run: EngineRun):
-        # The child's input as its docstring gives it; the environment is the one a cell's run gets.
-        spec = {
-            "model": str(model),
-            "host": run.cell.host.value,
-            "mode": run.cell.mode.value,
-            "offload": run.offload,
-            "present_host": run.present_host,
-        }
+        # The child's input and environment, as a cell's run gives them (offload.run_engine).
         return run_json_child(
-            [sys.executable, "-m", "repro.engine", json.dumps(spec)], env=run.env(dict(os.environ)), timeout=600
+            [sys.executable, "-m", "repro.engine", json.dumps(run.spec(model))],
+            env=run.env(dict(os.environ)),
+            timeout=600,
         )
 
     started = time.monotonic()
