@@ -3,14 +3,16 @@
 # Every session uses this release unless told otherwise (`-- --vllm X`).
 VLLM_VERSION = "0.33.0"
 
-# `nox -s history` by default: every minor release from the one before
-# VLLM_WSL2_ENABLE_PIN_MEMORY appeared (0.24.0, #41496) up to VLLM_VERSION.
+# `nox -s history` by default: every release, patch releases included, from the one
+# before VLLM_WSL2_ENABLE_PIN_MEMORY appeared (0.24.0, #41496) up to VLLM_VERSION.
 HISTORY_VERSIONS = (
     "0.23.0",
     "0.24.0",
     "0.25.0",
+    "0.25.1",
     "0.26.0",
     "0.27.0",
+    "0.27.1",
     "0.28.0",
     "0.29.0",
     "0.30.0",
