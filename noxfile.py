@@ -261,6 +261,15 @@ def cell(session: nox.Session, stack: str, host: str, runner: str, mode: str) ->
     _run_cells(session, f"{stack}-{host}-{runner}-{mode}", "cell")
 
 
+@nox.session(venv_backend="none")
+def doctor(session: nox.Session) -> None:
+    """The published answer for this machine (`python3 -m matrix doctor`; flags after `--`), installing nothing.
+
+    The first python3 on PATH runs it, as a person would: the vLLM it reports is the one that Python sees.
+    """
+    session.run("python3", "-m", "matrix", "doctor", *session.posargs, external=True)
+
+
 @nox.session
 def gate(session: nox.Session) -> None:
     """Gate and engine-config tests of all 24 cells: what the installed vLLM decides per host, no GPU needed."""

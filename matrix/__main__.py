@@ -11,13 +11,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from matrix.cells import select
-from matrix.cli import run_command_line
+from matrix.cells import Mode, Runner, Stack, select
+from matrix.cli import KIT_ROOT, run_command_line
+from matrix.doctor import answer, published, render
 from matrix.errors import MatrixError
 from matrix.host import classify, facts
 from matrix.plan import Execution, Plan, load_plan
 from matrix.records import read_record
 from matrix.releases import VLLM_VERSION
+
+# The matrix as published, in the kit's own tree: a fresh clone answers without running anything.
+PUBLISHED = "docs/matrix/compat.json"
 
 
 def _cells_arg(args: argparse.Namespace) -> str | None:
@@ -44,6 +48,24 @@ def cmd_env(args: argparse.Namespace) -> int:
         )
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    asked = answer.Asked(
+        kernel=args.kernel,
+        stack=Stack.parse(args.stack) if args.stack else None,
+        vllm=args.vllm,
+        runner=Runner.parse(args.runner) if args.runner else None,
+        mode=Mode.parse(args.mode) if args.mode else None,
+    )
+    setup = answer.set_up(facts.collect_facts(), asked)
+    if args.matrix:
+        table = published.read_published(Path(args.matrix), f"--matrix {args.matrix}")
+    else:
+        table = published.read_published(KIT_ROOT / PUBLISHED, PUBLISHED)
+    found = answer.answer(setup, table)
+    print(render.render_json(found) if args.json else render.render_text(found))
     return 0
 
 
@@ -253,6 +275,18 @@ def cmd_import_run(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m matrix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    doctor = sub.add_parser(
+        "doctor", help="the published answer for this machine (or the set-up the flags describe): what to set or do"
+    )
+    doctor.add_argument("--kernel", metavar="RELEASE", help="a `uname -r` release instead of this machine's")
+    doctor.add_argument("--stack", metavar="cuda|rocm", help="the GPU stack instead of the detected one")
+    doctor.add_argument("--vllm", metavar="X.Y.Z", help="a vLLM release instead of the installed one")
+    doctor.add_argument("--runner", metavar="v1|v2", help="the model runner instead of the variable or the default")
+    doctor.add_argument("--mode", metavar="graph|eager", help="eager: with --enforce-eager (default: graph)")
+    doctor.add_argument("--matrix", metavar="PATH", help=f"a compat.json instead of the published {PUBLISHED}")
+    doctor.add_argument("--json", action="store_true", help="print the answer as JSON")
+    doctor.set_defaults(func=cmd_doctor)
 
     env = sub.add_parser("env", help="collect this machine's environment as schema-versioned JSON")
     env.add_argument("--out", help="write here instead of stdout")

@@ -2,6 +2,7 @@
 
 An offline GPU machine has torch, transformers and vLLM but not junitparser, defusedxml, docker
 or nox. A ``sitecustomize`` on PYTHONPATH makes those four missing in every child, as they are there.
+``python -m matrix doctor`` goes further: it answers where nothing but the standard library exists.
 """
 
 import os
@@ -9,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from compat_file import write_compat
 from conftest import ROOT, run_module
 
 MISSING = ("junitparser", "defusedxml", "docker", "nox")
@@ -69,3 +71,29 @@ def test_the_probe_runs_without_them(without_them):
     done = run_module("repro", "probe", "--sections", "pin_alloc", env=without_them)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("pin_alloc ")
+
+
+STDLIB_ONLY = """
+import importlib.abc
+import sys
+
+
+class StdlibOnly(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if top not in sys.stdlib_module_names and top != "matrix":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, StdlibOnly())
+"""
+
+
+def test_the_doctor_answers_with_nothing_but_the_standard_library_and_the_kit(tmp_path):
+    # A fresh clone with the system Python: every other package is missing, whatever this Python has.
+    (tmp_path / "sitecustomize.py").write_text(STDLIB_ONLY)
+    compat = write_compat(tmp_path / "compat.json")
+    done = run_module("matrix", "doctor", "--stack", "cuda", "--matrix", str(compat), env={"PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "check it here: nox -s" in done.stdout

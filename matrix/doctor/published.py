@@ -1,0 +1,182 @@
+"""The published compat.json as the doctor reads it: releases, each cell's verdicts, evidence and command.
+
+Only the fields the doctor uses are read, each checked, so a file of another shape is refused in one
+line that names it, never half-read. ``matrix.report`` writes the file; its modules import packages
+a bare Python lacks, hence this reader of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from matrix.cells import Axis, Cell, Runner
+from matrix.errors import MatrixError
+from matrix.records import read_record
+
+# matrix.report.model.REPORT_SCHEMA (a test holds them equal).
+COMPAT_SCHEMA = "wslpin-kit.compat/1"
+A = TypeVar("A", bound=Axis)
+REGENERATE = "regenerate it with `nox -s report`, or pass --matrix PATH"
+
+
+class Question(Axis):
+    """What a person asks of a set-up, in the order the answer gives them."""
+
+    ENGINE_START = "engine_start"
+    OFFLOAD_WITH_GRAPHS = "offload_with_graphs"
+    PINNED_MEMORY = "pinned_memory"
+
+
+class Verdict(Axis):
+    """A question's answer for a cell, in the vocabulary the report writes."""
+
+    WORKS = "works"
+    NEEDS_OPT_IN = "needs-opt-in"
+    NEEDS_WSL_UPDATE = "needs-wsl-update"
+    BROKEN = "broken"
+    IGNORED = "ignored"
+    SLOW = "slow"
+    UNKNOWN = "unknown"
+
+
+class Level(Axis):
+    """How a verdict is known, weakest first."""
+
+    NONE = "none"
+    PREDICTED = "predicted"
+    EMULATED = "emulated"
+    NATIVE = "native"
+
+
+@dataclass(frozen=True)
+class QuestionVerdict:
+    question: Question
+    verdict: Verdict
+    level: Level
+    advice: str
+
+
+@dataclass(frozen=True)
+class CellEntry:
+    cell: Cell
+    command: str
+    evidence: tuple[str, ...]
+    verdicts: tuple[QuestionVerdict, ...]  # in Question's order
+
+    @property
+    def level(self) -> Level:
+        """The weakest of the verdicts' levels: how far the whole answer may be trusted."""
+        return min(v.level for v in self.verdicts)
+
+
+def release_number(text: str) -> tuple[int, ...] | None:
+    """``0.25.1`` -> (0, 25, 1); the leading numbers of an installed build (``0.33.0+cu129``); None without any.
+
+    Trailing zeros are dropped, so 0.33 and 0.33.0 are the same release.
+    """
+    match = re.match(r"\d+(?:\.\d+)*", text.strip())
+    if match is None:
+        return None
+    number = [int(part) for part in match[0].split(".")]
+    while len(number) > 1 and number[-1] == 0:
+        number.pop()
+    return tuple(number)
+
+
+@dataclass(frozen=True)
+class Release:
+    vllm: str
+    number: tuple[int, ...]
+    default_runner: Runner | None  # None: the file does not say
+    cells: tuple[CellEntry, ...]
+
+    def entry(self, cell: Cell) -> CellEntry | None:
+        return next((e for e in self.cells if e.cell == cell), None)
+
+
+@dataclass(frozen=True)
+class Published:
+    name: str  # how messages name the file
+    releases: tuple[Release, ...]  # newest first
+
+
+class _ShapeError(Exception):
+    """Where the file departs from the shape the doctor reads."""
+
+
+_JSON_NAMES: dict[type, str] = {dict: "object", list: "array", str: "string"}
+
+
+def _get(obj: Any, key: str, kind: type, where: str) -> Any:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    if not isinstance(value, kind):
+        raise _ShapeError(f"{where} has no {_JSON_NAMES[kind]} {key!r}")
+    return value
+
+
+def _axis(axis: type[A], text: str, where: str) -> A:
+    try:
+        return axis.parse(text)
+    except MatrixError as exc:
+        raise _ShapeError(f"{where}: {exc}") from None
+
+
+def _verdict(obj: Any, question: Question, where: str) -> QuestionVerdict:
+    here = f"{where} verdict {question.value}"
+    return QuestionVerdict(
+        question,
+        _axis(Verdict, _get(obj, "verdict", str, here), here),
+        _axis(Level, _get(obj, "level", str, here), here),
+        _get(obj, "advice", str, here),
+    )
+
+
+def _cell(obj: Any, where: str) -> CellEntry:
+    cell_id = _get(obj, "id", str, where)
+    here = f"{where} cell {cell_id}"
+    try:
+        cell = Cell.parse(cell_id)
+    except MatrixError as exc:
+        raise _ShapeError(f"{here}: {exc}") from None
+    evidence = _get(obj, "evidence", list, here)
+    if not all(isinstance(sentence, str) for sentence in evidence):
+        raise _ShapeError(f"{here} has evidence that is not sentences")
+    verdicts = _get(obj, "verdicts", dict, here)
+    return CellEntry(
+        cell,
+        _get(obj, "command", str, here),
+        tuple(evidence),
+        tuple(_verdict(verdicts.get(q.value), q, here) for q in Question),
+    )
+
+
+def _release(obj: Any) -> Release:
+    vllm = _get(obj, "vllm", str, "a version")
+    where = f"version {vllm}"
+    number = release_number(vllm)
+    if number is None:
+        raise _ShapeError(f"{where} is not a release number")
+    runner = obj.get("default_runner")
+    if runner is not None and not isinstance(runner, str):
+        raise _ShapeError(f"{where} has a default_runner that is not a string")
+    return Release(
+        vllm,
+        number,
+        _axis(Runner, runner, where) if runner is not None else None,
+        tuple(_cell(cell, where) for cell in _get(obj, "cells", list, where)),
+    )
+
+
+def read_published(path: Path, name: str) -> Published:
+    """The file at ``path`` (``name`` in messages), or one line saying what is wrong with it and what to do."""
+    document = read_record(path, COMPAT_SCHEMA, name, "a compat.json", REGENERATE)
+    try:
+        releases = tuple(_release(version) for version in _get(document, "versions", list, "the document"))
+    except _ShapeError as exc:
+        raise MatrixError(f"{name} is not a compat.json the doctor can read ({exc}): {REGENERATE}") from None
+    if not releases:
+        raise MatrixError(f"{name} holds no vLLM release: {REGENERATE}")
+    return Published(name, tuple(sorted(releases, key=lambda r: r.number, reverse=True)))

@@ -1,0 +1,243 @@
+"""``python -m matrix doctor`` through the real command: this machine read, flags over it, the matrix's answer.
+
+Machines that cannot exist here are emulated as ``nox -s tests -- --as-host/--stand-in-gpu`` does:
+the start-up hook presents a WSL2 uname to every Python process, and the stand-in ``nvidia-smi``
+lists an H200. ``compat_file`` writes the matrix in the shape ``nox -s report`` publishes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from compat_file import DEFAULT_RUNNERS, compat_document, write_compat
+from conftest import ROOT
+
+from matrix.cells import CELLS, WSL2_PIN_KERNEL, Host
+from matrix.doctor.published import COMPAT_SCHEMA, Question, release_number
+from matrix.host.facts import WSL_LIB
+from matrix.report.model import REPORT_SCHEMA
+from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
+
+KEYS = {"cell", "vllm", "verdicts", "advice", "evidence", "command", "nearest_older", "asked"}
+
+
+@pytest.fixture
+def compat(tmp_path) -> Path:
+    return write_compat(tmp_path / "compat.json")
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """This test process's environment without the variables the doctor reads, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in (PIN_MEMORY.name, V2_MODEL_RUNNER.name)}
+    return {**env, **extra}
+
+
+def emulated(host: Host, **extra: str) -> dict[str, str]:
+    """A ``host`` machine with an NVIDIA H200, as ``nox -s tests -- --as-host HOST --stand-in-gpu`` presents it."""
+    hook = ROOT / "repro" / "bench" / "present_host"
+    return _clean_env(
+        PYTHONPATH=os.pathsep.join([str(hook), str(ROOT)]),
+        WSLPIN_PRESENT_HOST=host.value,
+        WSL_DISTRO_NAME="wslpin-emulated",
+        PATH=os.pathsep.join([str(ROOT / "tests" / "stand-in-gpu"), os.environ["PATH"]]),
+        **extra,
+    )
+
+
+def doctor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "matrix", "doctor", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def answered(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def one_error_line(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    return done.stderr
+
+
+def installed_release() -> str | None:
+    """The matrix release the doctor should pick for the vLLM installed in this test's Python."""
+    try:
+        installed = release_number(metadata.version("vllm"))
+    except metadata.PackageNotFoundError:
+        return "0.33.0"
+    return next((v for v in DEFAULT_RUNNERS if (release_number(v) or ()) <= (installed or ())), None)
+
+
+def test_its_schema_is_the_reports():
+    assert COMPAT_SCHEMA == REPORT_SCHEMA
+
+
+def test_an_emulated_wsl2_cuda_machine_gets_its_cell_and_says_what_it_read(compat):
+    release = installed_release()
+    if release is None:
+        pytest.skip("the vLLM installed here is older than the test's matrix")
+    env = emulated(Host.WSL2NEW)
+    got = answered(doctor("--json", "--matrix", str(compat), env=env))
+    runner = DEFAULT_RUNNERS[release] or "v2"
+    assert got["cell"] == f"cuda-wsl2new-{runner}-graph" and got["vllm"] == release
+    assert got["asked"]["kernel"] == Host.WSL2NEW.emulated_release and got["asked"]["host"] == "wsl2new"
+    text = doctor("--matrix", str(compat), env=env).stdout
+    gate = ".".join(map(str, WSL2_PIN_KERNEL))
+    assert f"{Host.WSL2NEW.emulated_release}: WSL2, kernel {gate} or later (uname)" in text
+    assert "cuda (nvidia-smi lists 1 GPU(s))" in text
+    assert f"{PIN_MEMORY.name} is unset here" in text
+    assert f'check it here: nox -s "cell(cuda, wsl2new, {runner}, graph)" -- --vllm {release}' in text
+
+
+def test_the_runner_variable_picks_the_runner_and_an_opt_in_already_made_is_said(compat):
+    env = emulated(Host.WSL2NEW, **{V2_MODEL_RUNNER.name: "0", PIN_MEMORY.name: "1"})
+    got = answered(doctor("--json", "--vllm", "0.33.0", "--matrix", str(compat), env=env))
+    assert got["cell"] == "cuda-wsl2new-v1-graph"
+    assert got["verdicts"]["offload_with_graphs"] == "needs-opt-in"
+    assert got["asked"][PIN_MEMORY.name] == "1"
+    text = doctor("--vllm", "0.33.0", "--matrix", str(compat), env=env).stdout
+    assert f"runner     v1 ({V2_MODEL_RUNNER.name}=0)" in text
+    assert (
+        "offload_with_graphs advice for cuda-wsl2new-v1-graph at 0.33.0 (VLLM_WSL2_ENABLE_PIN_MEMORY=1 is already"
+        in text
+    )
+
+
+@pytest.mark.parametrize(
+    ("kernel", "host"),
+    [
+        ("5.15.167.4-microsoft-standard-WSL2", "wsl2new"),
+        ("4.19.104-microsoft-standard", "wsl2old"),
+        ("6.8.0-45-generic", "linux"),
+    ],
+)
+def test_flags_override_what_the_machine_says(compat, kernel, host):
+    env = emulated(Host.WSL2NEW, **{V2_MODEL_RUNNER.name: "1"})
+    flags = ("--kernel", kernel, "--stack", "rocm", "--vllm", "0.30.0", "--runner", "v1", "--mode", "eager")
+    got = answered(doctor("--json", *flags, "--matrix", str(compat), env=env))
+    assert got["cell"] == f"rocm-{host}-v1-eager" and got["vllm"] == "0.30.0" and not got["nearest_older"]
+    assert got["advice"]["engine_start"] == f"engine_start advice for rocm-{host}-v1-eager at 0.30.0"
+
+
+def test_a_release_the_matrix_lacks_gets_the_nearest_older_one_said_plainly(compat):
+    flags = ("--stack", "cuda", "--kernel", "6.8.0-45-generic", "--matrix", str(compat))
+    got = answered(doctor("--json", "--vllm", "0.32.5", *flags, env=_clean_env()))
+    # 0.30.0's default runner is v1.
+    assert got["vllm"] == "0.30.0" and got["nearest_older"] and got["cell"] == "cuda-linux-v1-graph"
+    text = doctor("--vllm", "0.32.5", *flags, env=_clean_env()).stdout
+    assert f"vLLM 0.30.0 (the nearest older release: --matrix {compat} has no 0.32.5)" in text
+    # A release the matrix holds, written shorter, is that release.
+    assert not answered(doctor("--json", "--vllm", "0.33", *flags, env=_clean_env()))["nearest_older"]
+
+
+def test_a_release_the_matrix_does_not_say_the_default_runner_of_is_assumed_v2(compat):
+    flags = ("--stack", "cuda", "--kernel", "6.8.0-45-generic", "--vllm", "0.25.1", "--matrix", str(compat))
+    assert answered(doctor("--json", *flags, env=_clean_env()))["cell"] == "cuda-linux-v2-graph"
+    assert "runner     v2 (assumed: the matrix does not say vLLM 0.25.1's default; pass --runner)" in (
+        doctor(*flags, env=_clean_env()).stdout
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--vllm", "0.20.0"), "vLLM 0.20.0 is older than every release in --matrix"),
+        (("--vllm", "latest"), "vLLM 'latest' is not a release number"),
+        (("--stack", "metal"), "unknown stack 'metal'; valid values: cuda, rocm"),
+        (("--runner", "v3"), "unknown runner 'v3'"),
+    ],
+)
+def test_a_question_the_matrix_cannot_answer_is_one_line(compat, args, says):
+    # argparse keeps an option's last value: ``args`` override the set-up before them.
+    flags = ("--stack", "cuda", "--kernel", "6.8.0-45-generic", "--matrix", str(compat), *args)
+    assert says in one_error_line(doctor(*flags, env=_clean_env()))
+
+
+def _bad_documents() -> dict[str, str]:
+    good = compat_document()
+    no_verdicts = json.loads(json.dumps(good))
+    del no_verdicts["versions"][1]["cells"][3]["verdicts"]
+    bad_word = json.loads(json.dumps(good))
+    bad_word["versions"][0]["cells"][0]["verdicts"]["engine_start"]["verdict"] = "fine"
+    return {
+        "not JSON": "{",
+        "another schema": json.dumps({**good, "schema": "wslpin-kit.env/1"}),
+        "no verdicts": json.dumps(no_verdicts),
+        "a verdict outside the vocabulary": json.dumps(bad_word),
+        "no release": json.dumps({**good, "versions": []}),
+    }
+
+
+@pytest.mark.parametrize("what", [*_bad_documents(), "missing"])
+def test_a_matrix_file_of_another_shape_is_one_line_naming_it_and_what_to_do(tmp_path, what):
+    path = tmp_path / "compat.json"
+    if what != "missing":
+        path.write_text(_bad_documents()[what])
+    line = one_error_line(doctor("--stack", "cuda", "--matrix", str(path), env=_clean_env()))
+    assert f"--matrix {path}" in line and "nox -s report" in line
+
+
+def test_the_json_holds_the_documented_keys_and_vocabulary(compat):
+    got = answered(doctor("--json", "--stack", "cuda", "--matrix", str(compat), env=emulated(Host.WSL2NEW)))
+    assert set(got) == KEYS
+    questions = {q.value for q in Question}
+    assert set(got["verdicts"]) == set(got["advice"]) == set(got["evidence"]["levels"]) == questions
+    assert set(got["evidence"]) == {"level", "levels", "sentences"}
+    assert got["evidence"]["level"] in {"predicted", "emulated", "native", "none"}
+
+
+def test_every_cell_and_release_is_answered_with_flags(compat):
+    for vllm in DEFAULT_RUNNERS:
+        for cell in CELLS:
+            flags = ("--kernel", cell.host.emulated_release, "--stack", cell.stack, "--runner", cell.runner)
+            got = answered(
+                doctor("--json", *flags, "--mode", cell.mode, "--vllm", vllm, "--matrix", str(compat), env=_clean_env())
+            )
+            assert (got["cell"], got["vllm"], got["nearest_older"]) == (cell.id, vllm, False)
+            assert got["advice"]["pinned_memory"] == f"pinned_memory advice for {cell.id} at {vllm}"
+            assert got["command"] == f'nox -s "{cell.session}" -- --vllm {vllm}'
+
+
+def test_no_gpu_and_no_stack_is_one_line_that_says_to_pass_it(compat, tmp_path):
+    if os.path.exists("/dev/kfd") or os.path.exists("/dev/dxg") or os.path.isdir(WSL_LIB):
+        pytest.skip("this machine has a GPU device or WSL's tools outside PATH")
+    # An empty PATH: no nvidia-smi, amd-smi or rocm-smi, whatever this machine has.
+    line = one_error_line(doctor("--matrix", str(compat), env=_clean_env(PATH=str(tmp_path))))
+    assert "no GPU stack found here" in line and "pass --stack cuda or --stack rocm" in line
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> str:
+    """A Python with nothing installed, as in a fresh clone with the system Python."""
+    where = tmp_path_factory.mktemp("bare") / "venv"
+    venv.create(where, with_pip=False)
+    return str(where / "bin" / "python")
+
+
+def test_a_bare_python_answers(bare_python, compat):
+    # -E -s: no PYTHONPATH, no user site; the venv has no packages. The kit is found from the clone.
+    flags = ("--stack", "rocm", "--kernel", "4.19.104-microsoft-standard", "--matrix", str(compat))
+    done = subprocess.run(
+        [bare_python, "-E", "-s", "-m", "matrix", "doctor", "--json", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert answered(done)["cell"].startswith("rocm-wsl2old-")
