@@ -22,7 +22,7 @@ class Source(enum.Enum):
     FLAG = "flag"  # a command-line flag
     MACHINE = "machine"  # read from this machine
     VARIABLE = "variable"  # VLLM_USE_V2_MODEL_RUNNER
-    MATRIX = "matrix"  # the published matrix: a release's default runner, or its newest release
+    MATRIX = "matrix"  # the published matrix: the release's default runner
     DEFAULT = "default"  # vLLM's own default
     ASSUMED = "assumed"  # nothing says: the doctor's guess
 
@@ -108,7 +108,6 @@ class Answer:
     setup: SetUp
     matrix: str  # the file's name in messages
     release: Release
-    release_source: Source  # FLAG or MACHINE: the asked release or the nearest older one; MATRIX: the newest
     nearest_older: bool  # the matrix lacks the asked release: the release is the nearest older one
     runner: Chosen[Runner]
     entry: CellEntry
@@ -123,9 +122,10 @@ class Answer:
         return self.setup.pin_memory == "1"
 
 
-def _release(setup: SetUp, published: Published) -> tuple[Release, Source, bool]:
+def _release(setup: SetUp, published: Published) -> tuple[Release, bool]:
+    """The release asked about, else the nearest older one (True), else the newest when nothing was asked."""
     if setup.vllm is None:
-        return published.releases[0], Source.MATRIX, False
+        return published.releases[0], False
     asked = release_number(setup.vllm.value)
     if asked is None:
         raise MatrixError(f"vLLM {setup.vllm.value!r} is not a release number: give one like 0.33.0 with --vllm")
@@ -136,12 +136,12 @@ def _release(setup: SetUp, published: Published) -> tuple[Release, Source, bool]
             f"vLLM {setup.vllm.value} is older than every release in {published.name} (the oldest is {oldest}): "
             f"upgrade vLLM, or ask about one with --vllm {oldest} or later"
         )
-    return older[0], setup.vllm.source, older[0].number != asked
+    return older[0], older[0].number != asked
 
 
 def answer(setup: SetUp, published: Published) -> Answer:
     """The published cell and release for ``setup``; one line when the matrix has no cell for it."""
-    release, release_source, nearest_older = _release(setup, published)
+    release, nearest_older = _release(setup, published)
     if setup.runner is not None:
         runner = setup.runner
     elif release.default_runner is not None:
@@ -152,4 +152,4 @@ def answer(setup: SetUp, published: Published) -> Answer:
     entry = release.entry(cell)
     if entry is None:
         raise MatrixError(f"{published.name} has no cell {cell} for vLLM {release.vllm}: {REGENERATE}")
-    return Answer(setup, published.name, release, release_source, nearest_older, runner, entry)
+    return Answer(setup, published.name, release, nearest_older, runner, entry)
