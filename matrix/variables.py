@@ -11,9 +11,11 @@ from dataclasses import dataclass
 # Not a value vLLM reads: the variable is absent from the environment, vLLM's default.
 UNSET = "unset"
 
+# The opt-in: VLLM_WSL2_ENABLE_PIN_MEMORY's value that asks for pinned memory.
+OPT_IN = "1"
 # What each cell's gate and reproduction tests compare (the JUnit ``pin_env`` property): vLLM's
 # default and the opt-in.
-GATE_PIN_VALUES = (UNSET, "1")
+GATE_PIN_VALUES = (UNSET, OPT_IN)
 # What the benchmark's arms may set: an explicit "0" as well.
 BENCH_PIN_VALUES = (UNSET, "0", "1")
 
@@ -41,8 +43,9 @@ PIN_MEMORY = Variable(
 )
 V2_MODEL_RUNNER = Variable(
     "VLLM_USE_V2_MODEL_RUNNER",
-    "1 selects vLLM's V2 model runner, 0 the V1 runner (each cell's runner axis)",
-    ("0", "1"),
+    "1 selects vLLM's V2 model runner, 0 the V1 runner (each cell's runner axis); unset, vLLM's config chooses "
+    "(the gate asks which)",
+    ("0", "1", UNSET),
 )
 V1_MULTIPROCESSING = Variable(
     "VLLM_ENABLE_V1_MULTIPROCESSING",

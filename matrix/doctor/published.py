@@ -14,41 +14,13 @@ from typing import Any, TypeVar
 
 from matrix.cells import Axis, Cell, Runner
 from matrix.errors import MatrixError
+from matrix.questions import Level, Question, Verdict
 from matrix.records import read_record
 
 # matrix.report.model.REPORT_SCHEMA (a test holds them equal).
 COMPAT_SCHEMA = "wslpin-kit.compat/1"
 A = TypeVar("A", bound=Axis)
 REGENERATE = "regenerate it with `nox -s report`, or pass --matrix PATH"
-
-
-class Question(Axis):
-    """What a person asks of a set-up, in the order the answer gives them."""
-
-    ENGINE_START = "engine_start"
-    OFFLOAD_WITH_GRAPHS = "offload_with_graphs"
-    PINNED_MEMORY = "pinned_memory"
-
-
-class Verdict(Axis):
-    """A question's answer for a cell, in the vocabulary the report writes."""
-
-    WORKS = "works"
-    NEEDS_OPT_IN = "needs-opt-in"
-    NEEDS_WSL_UPDATE = "needs-wsl-update"
-    BROKEN = "broken"
-    IGNORED = "ignored"
-    SLOW = "slow"
-    UNKNOWN = "unknown"
-
-
-class Level(Axis):
-    """How a verdict is known, weakest first."""
-
-    NONE = "none"
-    PREDICTED = "predicted"
-    EMULATED = "emulated"
-    NATIVE = "native"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import json
 
 from matrix.cells import WSL2_PIN_KERNEL, Host
 from matrix.doctor.answer import Answer, Source
-from matrix.doctor.published import Question, Verdict
+from matrix.questions import Question, Verdict
 from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
 
 QUESTION_WORDS = {

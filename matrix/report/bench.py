@@ -17,8 +17,10 @@ BENCH_SCHEMA = "wslpin-kit.bench/1"
 # vLLM's CPU backend (`nox -s cpu_engine`): the benchmark's plumbing tested against a real engine. It
 # has no pinned memory, UVA or CUDA graphs to measure, so its record is never a cell's evidence.
 PLUMBING_SERVER = "vllm-cpu"
+# The kit's own test server, whose built-in speed-up measures the benchmark, not any release.
+TEST_SERVER = "fake"
 # What serves a benchmark: vLLM on the cell's GPU, vLLM's CPU backend, or the kit's test server.
-SERVERS = ("vllm", PLUMBING_SERVER, "fake")
+SERVERS = ("vllm", PLUMBING_SERVER, TEST_SERVER)
 HEADLINE_METRIC = "itl_ms"  # the seed report's claim is about inter-token latency
 RECORD_NAME = "bench.json"
 
@@ -28,7 +30,7 @@ class BenchSummary:
     path: str
     cell: str
     started_at: str
-    server: str  # "vllm", or "fake" for the kit's own test server (PLUMBING_SERVER's records are not read)
+    server: str  # "vllm": the stand-ins' records (PLUMBING_SERVER, TEST_SERVER) are not read
     vllm_version: str
     outcome: str
     concurrency: int | None
@@ -59,13 +61,13 @@ def read_summary(path: Path) -> BenchSummary:
 
 
 def latest_per_cell(directory: str | None) -> dict[str, BenchSummary]:
-    """Every ``bench.json`` under ``directory``, the newest per cell; plumbing runs are no cell's."""
+    """Every ``bench.json`` under ``directory``, the newest per cell; a stand-in's runs are no cell's."""
     if not directory or not Path(directory).is_dir():
         return {}
     latest: dict[str, BenchSummary] = {}
     for path in sorted(Path(directory).rglob(RECORD_NAME)):
         summary = read_summary(path)
-        if summary.server == PLUMBING_SERVER:
+        if summary.server in (PLUMBING_SERVER, TEST_SERVER):
             continue
         if summary.cell not in latest or summary.started_at > latest[summary.cell].started_at:
             latest[summary.cell] = summary

@@ -18,6 +18,16 @@ from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
 from matrix.report.reading import Inputs, read_inputs
 from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
+from matrix.variables import UNSET
+from matrix.verdicts import (
+    LEVELS,
+    CellVerdicts,
+    Level,
+    Observations,
+    OutcomeRule,
+    load_verdict_rules,
+    release_verdicts,
+)
 
 REPORT_SCHEMA = "wslpin-kit.compat/1"
 # What repro/probe.py's metrics_document writes (repro is not imported here: it needs torch).
@@ -114,14 +124,20 @@ class Report:
     probes: list[Probe] = field(default_factory=list)
     changes: list[ReleaseChange] = field(default_factory=list)
     benches: dict[str, BenchSummary] = field(default_factory=dict)  # the latest per cell id
+    verdicts: dict[tuple[str, str], CellVerdicts] = field(default_factory=dict)  # (vLLM, cell id)
 
     def bench(self, cell: CellReport) -> BenchSummary | None:
-        """The cell's latest benchmark, shown with the release it ran (a test-server run: the newest)."""
+        """The cell's latest benchmark, shown with the release it ran."""
         found = self.benches.get(cell.cell.id)
-        if found is None:
-            return None
-        release = next(iter(self.versions)) if found.server == "fake" else found.vllm_version
-        return found if cell.vllm == release else None
+        return found if found is not None and cell.vllm == found.vllm_version else None
+
+    def default_runner(self, vllm: str) -> str | None:
+        """The runner vLLM's config picks with VLLM_USE_V2_MODEL_RUNNER unset, as the release's cells observed it."""
+        chosen = {c.observed("runner_default", UNSET) for c in self.versions[vllm]} - {None}
+        return chosen.pop() if len(chosen) == 1 else None
+
+    def verdicts_of(self, cell: CellReport) -> CellVerdicts:
+        return self.verdicts[(cell.vllm, cell.cell.id)]
 
     def evidence(self, cell: CellReport) -> list[Evidence]:
         """What a cell's result rests on: its own run, weaker results, probes and benchmarks of its host."""
@@ -255,6 +271,25 @@ def release_changes(versions: dict[str, list[CellReport]], rules: list[Rule]) ->
     return changes
 
 
+def observations(cell: CellReport) -> Observations:
+    """What a cell's own result says, for its verdicts: nothing where no result can be trusted."""
+    env = cell.envelope
+    if env is None or env.execution is None or cell.status in (Status.CRASHED, Status.MISROUTED, Status.MISSING):
+        return Observations({}, Level.NONE)
+    return Observations(cell.gate_values, LEVELS.get(env.execution.value, Level.NONE))
+
+
+def judge_verdicts(
+    versions: dict[str, list[CellReport]], rules: tuple[OutcomeRule, ...]
+) -> dict[tuple[str, str], CellVerdicts]:
+    """(vLLM, cell id) -> the cell's verdicts, every release judged once."""
+    judged: dict[tuple[str, str], CellVerdicts] = {}
+    for vllm, cells in versions.items():
+        verdicts = release_verdicts(rules, vllm, {c.cell: observations(c) for c in cells})
+        judged.update(((vllm, cell.id), found) for cell, found in verdicts.items())
+    return judged
+
+
 def read_probe(path: Path) -> Probe:
     """The one reader of a probe record: its schema checked, a bad one refused in one line."""
     try:
@@ -288,7 +323,7 @@ def build_report(
     now = now or dt.datetime.now(dt.UTC)
     # Hundreds of thousands of small records and no reference cycles: the cyclic
     # collector would rescan them all again and again, making time grow faster than input.
-    rules = load_rules()
+    rules, verdict_rules = load_rules(), load_verdict_rules()
     gc.disable()
     try:
         read = read_inputs(inputs)
@@ -304,6 +339,7 @@ def build_report(
         probes=load_probes(probes),
         changes=release_changes(versions, rules),
         benches=latest_per_cell(benches),
+        verdicts=judge_verdicts(versions, verdict_rules),
     )
     if previous is not None:
         report.diff = compare(previous, versions)

@@ -8,19 +8,35 @@ from pathlib import Path
 
 from matrix.report.model import REPORT_SCHEMA, Evidence, Report
 from matrix.report.status import CaseRecord, CellReport
-from matrix.report.view import evidence_sentence
+from matrix.report.view import advice, answer_sentence, evidence_sentence, plain, why
+from matrix.verdicts import Answer
 
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 
 
+def _answer(answer: Answer) -> dict:
+    return {
+        "verdict": answer.verdict.value,
+        "level": answer.level.value,
+        "advice": plain(advice(answer)),
+        "why": why(answer),
+        "issues": list(answer.issues),
+        "rules": [rule.id for rule in answer.rules],
+    }
+
+
 def _cell(report: Report, c: CellReport) -> dict:
     evidence = report.evidence(c)
+    verdicts = report.verdicts_of(c)
     return {
         "id": c.cell.id,
         "stack": c.cell.stack.value,
         "host": c.cell.host.value,
         "runner": c.cell.runner.value,
         "mode": c.cell.mode.value,
+        "verdicts": {a.question.value: _answer(a) for a in verdicts.answers},
+        "headline": verdicts.headline.question.value,
+        "answer": answer_sentence(c.cell, c.vllm, verdicts),
         "status": c.status.value,
         "underlying_status": c.underlying.value if c.underlying else None,
         "reason": c.reason,
@@ -79,7 +95,11 @@ def to_document(report: Report, cells: bool = True) -> dict:
             "warnings": [asdict(p) for p in inputs.warnings],
         },
         "versions": [
-            {"vllm": v, "cells": [_cell(report, c) for c in version_cells] if cells else []}
+            {
+                "vllm": v,
+                "default_runner": report.default_runner(v),
+                "cells": [_cell(report, c) for c in version_cells] if cells else [],
+            }
             for v, version_cells in report.versions.items()
         ],
         "diff": asdict(report.diff) if report.diff else None,
@@ -97,7 +117,8 @@ def write(report: Report, path: Path) -> None:
     with path.open("w") as f:
         f.write(head + ', "versions": [')
         for i, (vllm, cells) in enumerate(report.versions.items()):
-            f.write(("," if i else "") + f'\n{{"vllm": {json.dumps(vllm)}, "cells": [')
+            runner = json.dumps(report.default_runner(vllm))
+            f.write(("," if i else "") + f'\n{{"vllm": {json.dumps(vllm)}, "default_runner": {runner}, "cells": [')
             for j, cell in enumerate(cells):
                 f.write(("," if j else "") + "\n" + json.dumps(_cell(report, cell), ensure_ascii=False))
             f.write("]}")

@@ -30,7 +30,12 @@ def md(text: object) -> str:
     return "".join(_SPECIAL.get(ch, ch) for ch in flat)
 
 
-_MARKS = {Style.TEXT: md, Style.CODE: lambda text: f"`{md(text)}`", Style.STRONG: lambda text: f"**{md(text)}**"}
+# Code as HTML, not backticks: entities (md's escapes) are shown literally inside a backtick span.
+_MARKS = {
+    Style.TEXT: md,
+    Style.CODE: lambda text: f"<code>{md(text)}</code>",
+    Style.STRONG: lambda text: f"**{md(text)}**",
+}
 
 
 def _row(cells: list[str]) -> str:
@@ -42,10 +47,12 @@ def _grid(release: ReleaseView, footnotes: dict[str, int]) -> list[str]:
     for row in release.rows:
         shown = [f"**{row.stack}** · {row.host}"]
         for cell in row.cells:
-            text = f"{cell.look.glyph} {cell.look.word}"
+            text = f"{cell.verdict.glyph} **{cell.verdict.word}**: {spell(cell.advice, _MARKS)}"
+            text += "<br>" + " · ".join(f"{a.question} {a.look.glyph} {a.look.word}" for a in cell.answers)
+            text += f"<br>{cell.look.glyph} {cell.look.word}"
             detail = cell.summary or cell.reason
             if detail:
-                text += f"<br>{md(detail)}"
+                text += f" · {md(detail)}"
             for issue in cell.issues:
                 text += f"[^{footnotes.setdefault(issue, len(footnotes) + 1)}]"
             shown.append(text)
@@ -91,12 +98,26 @@ def _blocks(view: ReportView) -> tuple[list[_Block], Iterator[_Block]]:
         "Rows: GPU stack × host; columns: model runner × graph mode; *a→b*: "
         f"`{PIN_MEMORY.name}` unset gives *a*, `=1` gives *b*.",
         "",
+        f"### {view.verdicts.title}",
+        "",
+        *_items(view.verdicts),
+        "",
+        "Then each question's answer, and the cell's status against the rules (for maintainers: see the legend).",
+        "",
     ]
     footnotes: dict[str, int] = {}
     releases = [_Block(None, head)]
     for release in view.releases():
         releases.append(_Block(None, [f"## vLLM {md(release.vllm)}", "", *_grid(release, footnotes), ""]))
         releases.append(_Block("the evidence tallies", [f"Evidence: {md(s)} ({n} cells)" for s, n in release.evidence]))
+        releases.append(_Block(None, [""]))
+        answers = [f"- {md(cell.answer)}" for row in release.rows for cell in row.cells]
+        releases.append(
+            _Block(
+                "the answers per set-up",
+                ["<details><summary>Each set-up in one sentence</summary>", "", *answers, "", "</details>"],
+            )
+        )
         releases.append(_Block(None, [""]))
         if release.benches:
             releases.append(_Block("the benchmarks", [f"- `{cell}`: {md(s)}" for cell, s in release.benches]))

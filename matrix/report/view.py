@@ -13,9 +13,11 @@ import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from matrix.cells import CELLS, Host, Mode, Stack
+from matrix.cells import CELLS, WSL2_PIN_KERNEL, Cell, Host, Mode, Stack
 from matrix.report.model import COLUMNS, ROWS, Contradiction, Diff, Evidence, EvidenceKind, Report, detail_rows
 from matrix.report.status import CellReport, Status
+from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
+from matrix.verdicts import Answer, CellVerdicts, Level, Question, Verdict, Workaround
 
 TITLE = "vLLM WSL2 pinned-memory compatibility"
 HOST_NAMES = {
@@ -92,9 +94,9 @@ def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
     """(what, in brackets, after): the sentence is ``what (in brackets)after``; the grid shows ``what``."""
     match evidence.kind:
         case EvidenceKind.GATE_ONLY:
-            return f"gate-only: vLLM {evidence.source}'s own code decides", evidence.date, ""
+            return f"predicted: vLLM {evidence.source}'s own code decides, without a GPU (gate-only)", evidence.date, ""
         case EvidenceKind.EMULATED:
-            return f"emulated on {evidence.source}", evidence.date, ""
+            return f"emulated on {evidence.source}: native Linux, the uname presented as the cell's", evidence.date, ""
         case EvidenceKind.NATIVE:
             return f"native run on {evidence.source}, runner {evidence.runner}", evidence.date, ""
         case EvidenceKind.SUPERSEDED:
@@ -109,8 +111,11 @@ def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
         case EvidenceKind.BENCH:
             bench = evidence.bench
             assert bench is not None, "bench evidence carries its benchmark"
-            source = "test server" if bench.server == "fake" else f"vLLM {bench.vllm_version}"
-            return f"bench {evidence.date}", f"{source}, concurrency {bench.concurrency}", f": {bench.verdict}"
+            return (
+                f"bench {evidence.date}",
+                f"vLLM {bench.vllm_version}, concurrency {bench.concurrency}",
+                f": {bench.verdict}",
+            )
 
 
 def evidence_sentence(evidence: Evidence) -> str:
@@ -143,6 +148,11 @@ def spell(phrase: Phrase, marks: Mapping[Style, Callable[[str], str]]) -> str:
     return "".join(part if isinstance(part, str) else marks[part.style](part.text) for part in phrase)
 
 
+def plain(phrase: Phrase) -> str:
+    """A phrase as plain text (compat.json, the terminal)."""
+    return "".join(part if isinstance(part, str) else part.text for part in phrase)
+
+
 def _text(value: object) -> Part:
     return Part(str(value), Style.TEXT)
 
@@ -155,6 +165,108 @@ def _strong(value: object) -> Part:
     return Part(str(value), Style.STRONG)
 
 
+# --- verdicts in words ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerdictLook:
+    """How a verdict shows: what a user reads first in a cell."""
+
+    verdict: Verdict
+    glyph: str
+    meaning: str
+    colour: str  # Okabe-Ito, as the statuses
+
+    @property
+    def word(self) -> str:
+        return self.verdict.value
+
+
+KERNEL = ".".join(map(str, WSL2_PIN_KERNEL))
+VERDICT_LOOKS = {
+    look.verdict: look
+    for look in (
+        VerdictLook(Verdict.WORKS, "✔", "works as installed", "#009E73"),
+        VerdictLook(Verdict.NEEDS_OPT_IN, "⚑", f"works only with {PIN_MEMORY.name}={OPT_IN}", "#56B4E9"),
+        VerdictLook(Verdict.NEEDS_WSL_UPDATE, "⇧", f"works after wsl --update (kernel ≥ {KERNEL})", "#0072B2"),
+        VerdictLook(Verdict.BROKEN, "✘", "fails whatever the variable says", "#D55E00"),
+        VerdictLook(Verdict.IGNORED, "∅", "accepted, but does nothing", "#CC79A7"),
+        VerdictLook(Verdict.SLOW, "◑", "works, through pageable copies every step", "#E69F00"),
+        VerdictLook(Verdict.UNKNOWN, "?", "no evidence", "#999999"),
+    )
+}
+QUESTION_NAMES = {
+    Question.ENGINE_START: "engine start",
+    Question.OFFLOAD_WITH_GRAPHS: "CPU offload",
+    Question.PINNED_MEMORY: "pinned memory",
+}
+WORKAROUNDS: dict[Workaround, tuple[str | Part, ...]] = {
+    Workaround.EAGER: ("use ", Part("--enforce-eager", Style.CODE), " (slower)"),
+    Workaround.V1_RUNNER: ("use the V1 runner: ", Part(f"{V2_MODEL_RUNNER.name}=0", Style.CODE)),
+}
+SET_OPT_IN: tuple[str | Part, ...] = ("set ", Part(f"{PIN_MEMORY.name}={OPT_IN}", Style.CODE))
+WSL_UPDATE: tuple[str | Part, ...] = ("run ", Part("wsl --update", Style.CODE), f" (kernel ≥ {KERNEL})")
+
+
+def advice(answer: Answer) -> Phrase:
+    """What to set or do, in one phrase."""
+    match answer.verdict:
+        case Verdict.WORKS:
+            return ("nothing to set",)
+        case Verdict.NEEDS_OPT_IN:
+            return SET_OPT_IN
+        case Verdict.NEEDS_WSL_UPDATE:
+            return WSL_UPDATE + ((", then ", *SET_OPT_IN) if answer.and_opt_in else ())
+        case Verdict.UNKNOWN:
+            return ("no evidence yet: run the cell",)
+    steps = [SET_OPT_IN] if answer.and_opt_in else []
+    if answer.workaround is not None:
+        steps.append(WORKAROUNDS[answer.workaround])
+    if not steps:
+        return ("no setting avoids it: see the issue" if answer.issues else "no setting avoids it",)
+    return steps[0] + ((" and ", *steps[1]) if len(steps) > 1 else ())
+
+
+def why(answer: Answer) -> str:
+    """What happens, in one sentence: by default, or what the advice changes."""
+    if answer.unset is None:
+        return "no result of this cell says"
+    found = answer.decisive or answer.unset
+    said = found.rule.why + (f" {found.shown}" if found.shown else "")
+    match answer.verdict:
+        case Verdict.NEEDS_OPT_IN:
+            return f"without {PIN_MEMORY.name}={OPT_IN}: {said}"
+        case Verdict.NEEDS_WSL_UPDATE:
+            return f"on a kernel below {KERNEL}: {said}"
+        case Verdict.WORKS:
+            return said
+    return f"with {PIN_MEMORY.name}={OPT_IN}: {said}" if answer.and_opt_in else said
+
+
+def level_words(level: Level, vllm: str, host: Host) -> str:
+    return {
+        Level.PREDICTED: f"predicted from vLLM {vllm}'s own decisions, without a GPU",
+        Level.EMULATED: f"emulated on native Linux (uname presented as {HOST_NAMES[host]})",
+        Level.NATIVE: f"measured on {HOST_NAMES[host]}",
+        Level.NONE: "no evidence",
+    }[level]
+
+
+def setup_words(cell: Cell, vllm: str) -> str:
+    graphs = "CUDA graphs" if cell.mode is Mode.GRAPH else "eager (--enforce-eager)"
+    return (
+        f"vLLM {vllm}, {STACK_NAMES[cell.stack]}, {HOST_NAMES[cell.host]}, {cell.runner.value.upper()} runner, {graphs}"
+    )
+
+
+def answer_sentence(cell: Cell, vllm: str, verdicts: CellVerdicts) -> str:
+    """The set-up's answer in one sentence: the chooser's, Markdown's and compat.json's."""
+    head = verdicts.headline
+    parts = "; ".join(f"{QUESTION_NAMES[a.question]} {a.verdict.value}" for a in verdicts.answers)
+    level = level_words(head.level, vllm, cell.host)
+    return f"{setup_words(cell, vllm)}: {head.verdict.value}, {plain(advice(head))} ({parts}; {level})."
+
+
 @dataclass(frozen=True, slots=True)
 class Item:
     phrase: Phrase
@@ -164,7 +276,7 @@ class Item:
 
 @dataclass(frozen=True)
 class Section:
-    key: str  # changes | contradictions | legend | diff | inputs
+    key: str  # changes | contradictions | legend | diff | inputs, or verdicts (shown before the releases)
     title: str
     level: int  # heading level
     items: Iterable[Item]  # produced while rendered: a report may contradict its rules 100k times
@@ -204,8 +316,22 @@ class BenchLine:
 
 
 @dataclass(frozen=True)
+class AnswerView:
+    question: str
+    look: VerdictLook
+    advice: Phrase
+    why: str
+    issues: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class CellView:
     id: str
+    # What a user reads first: the most urgent of the cell's answers, and what to set or do.
+    verdict: VerdictLook
+    advice: Phrase
+    answers: tuple[AnswerView, ...]
+    answer: str  # the set-up's answer in one sentence, with what it rests on
     look: StatusLook
     underlying: StatusLook | None  # what a stale cell showed
     reason: str
@@ -277,6 +403,12 @@ class ReportView:
             "legend", "Legend", 3, [Item((f"{x.glyph} ", _strong(x.word), ": ", x.meaning), look=x) for x in looks]
         )
 
+    @property
+    def verdicts(self) -> Section:
+        """What a cell's first line says: shown before the grids, which lead with it."""
+        items = [Item((f"{x.glyph} ", _strong(x.word), ": ", x.meaning)) for x in VERDICT_LOOKS.values()]
+        return Section("verdicts", "Does it work? Each cell's first line", 3, items)
+
     def sections(self) -> Iterator[Section]:
         """What follows the releases, in this order."""
         report = self.report
@@ -340,8 +472,9 @@ class ReportView:
         bench_line = None
         for found in evidence:
             if found.kind is EvidenceKind.BENCH and found.bench is not None:
-                source = " (test server)" if found.bench.server == "fake" else ""
-                bench_line = BenchLine(evidence_sentence(found), f"bench{source}: {found.bench.verdict}")
+                bench_line = BenchLine(evidence_sentence(found), f"bench: {found.bench.verdict}")
+        verdicts = self.report.verdicts_of(cell)
+        head = verdicts.headline
         timeline = self.timelines.get(cell.cell.id, ())
         if len(timeline) < 2:
             timeline = ()
@@ -349,6 +482,13 @@ class ReportView:
         here = cell.vllm == newest
         return CellView(
             id=cell.cell.id,
+            verdict=VERDICT_LOOKS[head.verdict],
+            advice=advice(head),
+            answers=tuple(
+                AnswerView(QUESTION_NAMES[a.question], VERDICT_LOOKS[a.verdict], advice(a), why(a), a.issues)
+                for a in verdicts.answers
+            ),
+            answer=answer_sentence(cell.cell, cell.vllm, verdicts),
             look=LOOKS[cell.status],
             underlying=LOOKS[cell.underlying] if cell.underlying else None,
             reason=cell.reason,

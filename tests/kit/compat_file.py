@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from matrix.cells import CELLS
-from matrix.doctor.published import COMPAT_SCHEMA, Question
+from matrix.doctor.published import COMPAT_SCHEMA
+from matrix.questions import Question
 
 # Newest first, as the report writes them; each with another way of naming its default runner.
 DEFAULT_RUNNERS = {"0.33.0": "v2", "0.30.0": "v1", "0.25.1": None}

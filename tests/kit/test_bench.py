@@ -159,7 +159,7 @@ def test_the_trace_reader_counts_overlapping_kernels_once():
         profile.step_profile([events[-1]], steps=2)
 
 
-def test_the_cli_writes_json_markdown_and_plots_and_the_report_shows_the_verdict(tmp_path):
+def test_the_cli_writes_json_markdown_and_plots_and_the_report_shows_none_of_the_test_servers(tmp_path):
     out = tmp_path / "bench" / "cuda-wsl2new-v2-graph"
     done = run_module(
         "repro",
@@ -174,7 +174,8 @@ def test_the_cli_writes_json_markdown_and_plots_and_the_report_shows_the_verdict
     doc = json.loads((out / "bench.json").read_text())
     assert doc["schema"] == BENCH_SCHEMA and [lvl["concurrency"] for lvl in doc["levels"]] == [1, 4]
     assert "Served by the kit's test server" in (out / "bench.md").read_text()
-    assert latest_per_cell(str(tmp_path / "bench"))["cuda-wsl2new-v2-graph"].verdict == doc["headline"]["verdict"]
+    # The test server's figures test the kit: no cell of any release shows them.
+    assert latest_per_cell(str(tmp_path / "bench")) == {}
 
     # The compatibility report shows the verdict beside the cell's status, in all three outputs.
     suite = tmp_path / "cuda-wsl2new-v2-graph.xml"

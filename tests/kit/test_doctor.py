@@ -20,8 +20,9 @@ from compat_file import DEFAULT_RUNNERS, compat_document, write_compat
 from conftest import ROOT
 
 from matrix.cells import CELLS, WSL2_PIN_KERNEL, Host
-from matrix.doctor.published import COMPAT_SCHEMA, Question, release_number
+from matrix.doctor.published import COMPAT_SCHEMA, release_number
 from matrix.host.facts import WSL_LIB
+from matrix.questions import Question
 from matrix.report.model import REPORT_SCHEMA
 from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
 

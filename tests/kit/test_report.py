@@ -199,6 +199,18 @@ def test_gate_values_are_judged_against_the_current_rules(tmp_path):
     }
 
 
+def test_a_kernel_edge_case_is_judged_but_is_not_the_cells_behaviour(tmp_path):
+    # Under the edge vLLM did not pin with the opt-in set: a regression, but of that uname, not of the cell's host.
+    edge = gate_case("edge", "pin", "1", "False").replace(
+        "</properties>", '<property name="kernel_edge" value="4.19.121"/></properties>'
+    )
+    cases = [edge, gate_case("own", "pin", "1", "True")]
+    cell = by_id(report_of(write_suite(tmp_path / "a.xml", "cuda-wsl2new-v2-graph", cases)))["cuda-wsl2new-v2-graph"]
+    assert {c.name: c.status for c in cell.cases} == {"edge": Status.REGRESSION, "own": Status.PASS}
+    assert cell.status is Status.REGRESSION
+    assert cell.summary == "pin on"
+
+
 def test_a_known_failure_that_starts_passing_is_fixed(tmp_path):
     # ROCm on a new kernel pins with the variable unset (#49861); the day it stops, the cell is "fixed".
     still = write_suite(tmp_path / "still.xml", "rocm-wsl2new-v1-graph", [gate_case("p", "pin", "unset", "True")])
@@ -315,7 +327,7 @@ def test_markdown_cuts_any_long_list_where_the_budget_ends_and_says_so(tmp_path)
     assert len(text.encode()) <= 1 << 20
     assert text.count("| **CUDA** · native Linux |") == 1 and "| **ROCm** · WSL2 kernel ≥ 4.19.121 |" in text
     assert "### Legend" in text and "★ **fixed**" in text
-    listed = text.count("- rule `wsl-no-pin` expects")
+    listed = text.count("- rule <code>wsl-no-pin</code> expects")
     assert 0 < listed < 12_000
     (note,) = [line for line in text.splitlines() if "was cut to fit" in line]
     assert "Rules the results contradict" in note and "the test × cell detail" in note

@@ -1,0 +1,256 @@
+"""What a user gets from a cell, per question: works, needs-opt-in, needs-wsl-update, broken, ignored, slow, unknown.
+
+Rules in ``verdicts.toml`` turn what vLLM decided or did under one ``pin_env`` value into an
+outcome (works, slow, ignored, fails); ``release_verdicts`` turns the outcomes with the variable
+unset and =1, and the same cell on a new WSL2 kernel, into the verdict. Pure functions over the
+observed values the report already holds; words are the renderers' (matrix/report/view.py).
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from matrix.cells import Cell, Host, Mode, Runner
+from matrix.errors import MatrixError
+from matrix.expectations import GATE_KEYS, REPRO_KEYS
+from matrix.questions import Level, Question, Verdict
+from matrix.variables import GATE_PIN_VALUES, OPT_IN, UNSET
+
+VERDICTS_FILE = Path(__file__).with_name("verdicts.toml")
+
+
+class Outcome(enum.StrEnum):
+    """What one run does, best first."""
+
+    WORKS = "works"
+    SLOW = "slow"
+    IGNORED = "ignored"
+    FAILS = "fails"
+
+
+# A cell's headline is its most urgent answer; unknown outranks works, which it must not pass for.
+URGENCY = (
+    Verdict.BROKEN,
+    Verdict.IGNORED,
+    Verdict.NEEDS_WSL_UPDATE,
+    Verdict.NEEDS_OPT_IN,
+    Verdict.SLOW,
+    Verdict.UNKNOWN,
+    Verdict.WORKS,
+)
+
+
+# The execution a cell's result rests on (matrix.plan.Execution's values) -> the level of its verdicts.
+LEVELS = {"gate-only": Level.PREDICTED, "emulated": Level.EMULATED, "native": Level.NATIVE}
+
+
+class Workaround(enum.StrEnum):
+    EAGER = "eager"
+    V1_RUNNER = "v1-runner"
+
+
+# Keys a rule may look at: what vLLM decided, what the engine did, and the engine_start outcome itself.
+OBSERVABLE = frozenset(GATE_KEYS) | frozenset(REPRO_KEYS) | {Question.ENGINE_START.value}
+
+
+@dataclass(frozen=True)
+class OutcomeRule:
+    id: str
+    question: Question
+    when: tuple[tuple[str, str], ...]  # (key, glob over the observed value)
+    outcome: Outcome
+    why: str
+    basis: str
+    runner: Runner | None = None
+    mode: Mode | None = None
+    vllm: SpecifierSet | None = None
+    issue: str | None = None
+    workaround: Workaround | None = None
+    shows: str | None = None
+
+    def matches(self, cell: Cell, version: Version | None, observed: Mapping[str, str]) -> bool:
+        return (
+            self.runner in (None, cell.runner)
+            and self.mode in (None, cell.mode)
+            and (self.vllm is None or (version is not None and self.vllm.contains(version, prereleases=True)))
+            and all(key in observed and fnmatch.fnmatchcase(observed[key], glob) for key, glob in self.when)
+        )
+
+
+@dataclass(frozen=True)
+class Found:
+    """One pin_env value's outcome and the rule that gave it."""
+
+    outcome: Outcome
+    rule: OutcomeRule
+    shown: str = ""  # the observed value the rule names in ``shows``
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One question's verdict for one cell and release, with what it rests on."""
+
+    question: Question
+    verdict: Verdict
+    level: Level
+    unset: Found | None = None  # what vLLM does by default
+    opt_in: Found | None = None  # with VLLM_WSL2_ENABLE_PIN_MEMORY=1
+    # The variable is part of the advice: after `wsl --update` (needs-wsl-update), or because it
+    # gets a run that never works this far (slow, ignored, broken).
+    and_opt_in: bool = False
+
+    @property
+    def decisive(self) -> Found | None:
+        """The run the verdict describes."""
+        return self.opt_in if self.and_opt_in and self.verdict is not Verdict.NEEDS_WSL_UPDATE else self.unset
+
+    @property
+    def rules(self) -> tuple[OutcomeRule, ...]:
+        return tuple(dict.fromkeys(f.rule for f in (self.unset, self.opt_in) if f is not None))
+
+    @property
+    def issues(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.issue for r in self.rules if r.issue))
+
+    @property
+    def workaround(self) -> Workaround | None:
+        return self.decisive.rule.workaround if self.decisive else None
+
+
+@dataclass(frozen=True)
+class CellVerdicts:
+    answers: tuple[Answer, ...]  # one per Question, in its order
+
+    def __getitem__(self, question: Question) -> Answer:
+        return self.answers[list(Question).index(question)]
+
+    @property
+    def headline(self) -> Answer:
+        return min(self.answers, key=lambda a: URGENCY.index(a.verdict))
+
+
+@dataclass(frozen=True)
+class Observations:
+    """What one cell's results say, the input of its verdicts."""
+
+    values: Mapping[tuple[str, str], str]  # (key, pin_env) -> observed value, as its JUnit property states it
+    level: Level
+
+
+def _rule(index: int, table: dict) -> OutcomeRule:
+    where = f"rule {table.get('id', index + 1)!r} in {VERDICTS_FILE.name}"
+    unknown = set(table) - {f for f in OutcomeRule.__dataclass_fields__}
+    if unknown:
+        raise MatrixError(f"{where}: unknown field(s) {sorted(unknown)}")
+    when = table.get("when", {})
+    if not isinstance(when, dict) or not when or set(when) - OBSERVABLE:
+        raise MatrixError(f"{where}: when needs keys from {sorted(OBSERVABLE)}, got {when!r}")
+    try:
+        return OutcomeRule(
+            id=str(table["id"]),
+            question=Question(table["question"]),
+            when=tuple((str(k), str(v)) for k, v in when.items()),
+            outcome=Outcome(table["outcome"]),
+            why=str(table["why"]),
+            basis=str(table["basis"]),
+            runner=Runner.parse(table["runner"]) if "runner" in table else None,
+            mode=Mode.parse(table["mode"]) if "mode" in table else None,
+            vllm=SpecifierSet(table["vllm"]) if "vllm" in table else None,
+            issue=table.get("issue"),
+            workaround=Workaround(table["workaround"]) if "workaround" in table else None,
+            shows=table.get("shows"),
+        )
+    except KeyError as exc:
+        raise MatrixError(f"{where}: missing field {exc.args[0]!r}") from None
+    except (ValueError, InvalidSpecifier) as exc:
+        raise MatrixError(f"{where}: {exc}") from None
+
+
+def load_verdict_rules(path: Path = VERDICTS_FILE) -> tuple[OutcomeRule, ...]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise MatrixError(f"{path} is not valid TOML: {exc}") from None
+    return tuple(_rule(i, t) for i, t in enumerate(data.get("rule", [])))
+
+
+def _outcome(
+    rules: tuple[OutcomeRule, ...], question: Question, cell: Cell, version: Version | None, observed: Mapping[str, str]
+) -> Found | None:
+    if not observed:
+        return None
+    for rule in rules:
+        if rule.question is question and rule.matches(cell, version, observed):
+            return Found(rule.outcome, rule, observed.get(rule.shows, "") if rule.shows else "")
+    return None
+
+
+def _per_pin(
+    rules: tuple[OutcomeRule, ...], cell: Cell, version: Version | None, values: Mapping[tuple[str, str], str]
+) -> dict[Question, dict[str, Found | None]]:
+    found: dict[Question, dict[str, Found | None]] = {q: {} for q in Question}
+    for pin_env in GATE_PIN_VALUES:
+        observed = {key: value for (key, pin), value in values.items() if pin == pin_env}
+        start = found[Question.ENGINE_START][pin_env] = _outcome(rules, Question.ENGINE_START, cell, version, observed)
+        if start is not None:
+            observed[Question.ENGINE_START.value] = start.outcome.value
+        for question in (Question.OFFLOAD_WITH_GRAPHS, Question.PINNED_MEMORY):
+            found[question][pin_env] = _outcome(rules, question, cell, version, observed)
+    return found
+
+
+def _verdict(
+    question: Question, level: Level, unset: Found | None, opt_in: Found | None, newer_kernel: Answer | None
+) -> Answer:
+    if unset is None:
+        return Answer(question, Verdict.UNKNOWN, Level.NONE, unset, opt_in)
+    if unset.outcome is Outcome.WORKS:
+        return Answer(question, Verdict.WORKS, level, unset, opt_in)
+    if opt_in is not None and opt_in.outcome is Outcome.WORKS:
+        return Answer(question, Verdict.NEEDS_OPT_IN, level, unset, opt_in)
+    if newer_kernel is not None and newer_kernel.verdict in (Verdict.WORKS, Verdict.NEEDS_OPT_IN):
+        and_opt_in = newer_kernel.verdict is Verdict.NEEDS_OPT_IN
+        return Answer(question, Verdict.NEEDS_WSL_UPDATE, level, unset, opt_in, and_opt_in)
+    # Nothing makes it work: say what the better of the two runs does, and whether the variable gets it there.
+    order = list(Outcome)
+    helps = opt_in is not None and order.index(opt_in.outcome) < order.index(unset.outcome)
+    best = opt_in if helps and opt_in is not None else unset
+    verdict = {Outcome.SLOW: Verdict.SLOW, Outcome.IGNORED: Verdict.IGNORED, Outcome.FAILS: Verdict.BROKEN}
+    return Answer(question, verdict[best.outcome], level, unset, opt_in, helps)
+
+
+def _version(vllm: str) -> Version | None:
+    try:
+        return Version(vllm)
+    except InvalidVersion:
+        return None
+
+
+def release_verdicts(
+    rules: tuple[OutcomeRule, ...], vllm: str, cells: Mapping[Cell, Observations]
+) -> dict[Cell, CellVerdicts]:
+    """Every cell's verdicts under one release; an old WSL2 kernel's answers lean on the new kernel's cell."""
+    version = _version(vllm)
+    verdicts: dict[Cell, CellVerdicts] = {}
+    # The new-kernel cells first: an old kernel's cell needs their answers.
+    for cell in sorted(cells, key=lambda c: c.host is Host.WSL2OLD):
+        seen = cells[cell]
+        found = _per_pin(rules, cell, version, seen.values)
+        newer = (
+            verdicts.get(Cell(cell.stack, Host.WSL2NEW, cell.runner, cell.mode)) if cell.host is Host.WSL2OLD else None
+        )
+        verdicts[cell] = CellVerdicts(
+            tuple(
+                _verdict(q, seen.level, found[q][UNSET], found[q][OPT_IN], newer[q] if newer else None)
+                for q in Question
+            )
+        )
+    return verdicts
