@@ -1,0 +1,179 @@
+"""Verdicts: what a user gets from a cell, from what vLLM decided (predicted) or did on a GPU (measured).
+
+The inputs are JUnit files as the cell sessions write them; GPU results are written here by hand,
+since no GPU exists on the machines that run these tests (say so: they stand in for a GPU run).
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from test_report import NOW, SCHEMA, gate_case, write_suite
+
+from matrix.errors import MatrixError
+from matrix.questions import Level, Question, Verdict
+from matrix.report import render_html, render_json, render_md
+from matrix.report.model import build_report
+from matrix.report.view import build_view
+from matrix.verdicts import load_verdict_rules
+
+# What vLLM decides on each host, as the gate records it: (key, pin_env) -> observed.
+NATIVE = (
+    {("imports", p): "True" for p in ("unset", "1")}
+    | {("pin", p): "True" for p in ("unset", "1")}
+    | {("offload_path", p): "uva" for p in ("unset", "1")}
+    | {("v2_buffer", p): "UvaBuffer" for p in ("unset", "1")}
+)
+# CUDA on a new WSL2 kernel: nothing pinned unless opted in (0.24.0+, #41496); the V2 runner crashed before 0.30.
+CUDA_NEW_KERNEL = {("imports", p): "True" for p in ("unset", "1")} | {
+    ("pin", "unset"): "False",
+    ("pin", "1"): "True",
+    ("offload_path", "unset"): "pageable-copy",
+    ("offload_path", "1"): "uva",
+    ("v2_buffer", "unset"): "crash: UVA is not available",
+    ("v2_buffer", "1"): "UvaBuffer",
+}
+# CUDA on an old kernel: nothing pinned whatever the variable says.
+CUDA_OLD_KERNEL = (
+    {("imports", p): "True" for p in ("unset", "1")}
+    | {("pin", p): "False" for p in ("unset", "1")}
+    | {("offload_path", p): "pageable-copy" for p in ("unset", "1")}
+    | {("v2_buffer", p): "crash: UVA is not available" for p in ("unset", "1")}
+)
+
+
+def suite(tmp_path, cell: str, values: dict, vllm: str = "0.29.0", **env):
+    cases = [gate_case(f"{key}-{pin}", key, pin, observed) for (key, pin), observed in values.items()]
+    return write_suite(tmp_path / f"{cell}-{vllm}.xml", cell, cases, vllm=vllm, **env)
+
+
+def verdicts(tmp_path, *suites):
+    report = build_report([str(s) for s in suites], kit_commit="t", now=NOW)
+    return report, {
+        (c.vllm, c.cell.id): {a.question: a for a in report.verdicts_of(c).answers} for c in report.all_cells
+    }
+
+
+def test_a_new_kernel_needs_the_opt_in_and_an_old_one_the_update_first(tmp_path):
+    report, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v1-graph", CUDA_NEW_KERNEL),
+        suite(tmp_path, "cuda-wsl2old-v1-graph", CUDA_OLD_KERNEL),
+        suite(tmp_path, "cuda-linux-v1-graph", NATIVE),
+    )
+    new, old, native = (found[("0.29.0", f"cuda-{h}-v1-graph")] for h in ("wsl2new", "wsl2old", "linux"))
+    assert {q: a.verdict for q, a in new.items()} == {
+        Question.ENGINE_START: Verdict.WORKS,
+        Question.OFFLOAD_WITH_GRAPHS: Verdict.NEEDS_OPT_IN,
+        Question.PINNED_MEMORY: Verdict.NEEDS_OPT_IN,
+    }
+    # The variable cannot help below 4.19.121; after `wsl --update` it is still needed.
+    offload = old[Question.OFFLOAD_WITH_GRAPHS]
+    assert offload.verdict is Verdict.NEEDS_WSL_UPDATE and offload.and_opt_in
+    assert offload.unset.rule.id == "offload-pageable-graph" and offload.level is Level.PREDICTED
+    assert all(a.verdict is Verdict.WORKS for a in native.values())
+    cell = next(
+        c for row in next(build_view(report).releases()).rows for c in row.cells if c.id == "cuda-wsl2old-v1-graph"
+    )
+    assert cell.verdict.word == "needs-wsl-update"
+    assert "wsl --update" in cell.answer and "VLLM_WSL2_ENABLE_PIN_MEMORY=1" in cell.answer
+    assert cell.answer.endswith("predicted from vLLM 0.29.0's own decisions, without a GPU).")
+
+
+def test_eager_offload_without_pinned_memory_is_slow_and_graphs_are_broken(tmp_path):
+    # ROCm before 0.28 on a new kernel: the base platform's "any WSL, no pin", whatever the variable says.
+    rocm = {k: v for k, v in CUDA_OLD_KERNEL.items() if k[0] != "v2_buffer"}
+    _, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "rocm-wsl2new-v1-eager", rocm, vllm="0.27.0"),
+        suite(tmp_path, "rocm-wsl2new-v1-graph", rocm, vllm="0.27.0"),
+    )
+    eager, graph = found[("0.27.0", "rocm-wsl2new-v1-eager")], found[("0.27.0", "rocm-wsl2new-v1-graph")]
+    assert eager[Question.OFFLOAD_WITH_GRAPHS].verdict is Verdict.SLOW
+    assert graph[Question.OFFLOAD_WITH_GRAPHS].verdict is Verdict.BROKEN
+    assert graph[Question.OFFLOAD_WITH_GRAPHS].workaround.value == "eager"
+    assert graph[Question.PINNED_MEMORY].verdict is Verdict.SLOW
+
+
+def test_the_v2_runner_that_ignores_cpu_offload_is_said_so_with_the_v1_runner_as_the_way_out(tmp_path):
+    _, found = verdicts(tmp_path, suite(tmp_path, "cuda-wsl2new-v2-graph", CUDA_NEW_KERNEL, vllm="0.26.0"))
+    cell = found[("0.26.0", "cuda-wsl2new-v2-graph")]
+    assert cell[Question.ENGINE_START].verdict is Verdict.NEEDS_OPT_IN  # 'UVA is not available' unset
+    offload = cell[Question.OFFLOAD_WITH_GRAPHS]
+    assert offload.verdict is Verdict.IGNORED and offload.and_opt_in
+    # Unset, the engine does not start (#47387); set, offload does nothing (#51396).
+    assert [i.rpartition("/")[2] for i in offload.issues] == ["47387", "51396"]
+
+
+def test_gpu_evidence_overrides_the_prediction_and_says_it_was_emulated(tmp_path):
+    # Stands in for an emulated GPU run (an H200 with the uname presented as WSL2): no GPU here.
+    measured = CUDA_NEW_KERNEL | {("repro", "unset"): "dynamo-unsupported", ("repro", "1"): "works"}
+    measured |= {("offloaded", "1"): "True"}
+    ignored = (
+        NATIVE | {("repro", p): "works" for p in ("unset", "1")} | {("offloaded", p): "False" for p in ("unset", "1")}
+    )
+    report, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v1-graph", measured, execution="emulated", gpu="NVIDIA H200"),
+        suite(tmp_path, "cuda-linux-v2-graph", ignored, execution="native", gpu="NVIDIA H200"),
+    )
+    offload = found[("0.29.0", "cuda-wsl2new-v1-graph")][Question.OFFLOAD_WITH_GRAPHS]
+    assert (offload.verdict, offload.level) == (Verdict.NEEDS_OPT_IN, Level.EMULATED)
+    assert offload.unset.rule.id == "gpu-offload-fails-graph" and offload.unset.shown == "dynamo-unsupported"
+    native = found[("0.29.0", "cuda-linux-v2-graph")][Question.OFFLOAD_WITH_GRAPHS]
+    assert (native.verdict, native.level) == (Verdict.IGNORED, Level.NATIVE)
+    cell = next(
+        c for row in next(build_view(report).releases()).rows for c in row.cells if c.id == "cuda-wsl2new-v1-graph"
+    )
+    assert "emulated on native Linux (uname presented as WSL2 kernel ≥ 4.19.121)" in cell.answer
+    assert "emulated on NVIDIA H200: native Linux, the uname presented as the cell's" in cell.evidence_line
+
+
+def test_a_cell_without_results_is_unknown_never_works(tmp_path):
+    report, found = verdicts(tmp_path, suite(tmp_path, "cuda-linux-v1-graph", NATIVE))
+    missing = found[("0.29.0", "rocm-wsl2new-v2-eager")]
+    assert {(a.verdict, a.level) for a in missing.values()} == {(Verdict.UNKNOWN, Level.NONE)}
+    (cell,) = [c for c in report.all_cells if c.cell.id == "rocm-wsl2new-v2-eager"]
+    assert report.verdicts_of(cell).headline.verdict is Verdict.UNKNOWN
+
+
+def test_compat_json_markdown_and_the_page_lead_with_the_verdicts(tmp_path):
+    report, _ = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v2-graph", CUDA_NEW_KERNEL | {("runner_default", "unset"): "v2"}),
+    )
+    path = tmp_path / "compat.json"
+    render_json.write(report, path)
+    document = json.loads(path.read_text())
+    jsonschema.validate(document, SCHEMA)
+    (version,) = document["versions"]
+    assert version["default_runner"] == "v2"
+    (cell,) = [c for c in version["cells"] if c["id"] == "cuda-wsl2new-v2-graph"]
+    assert cell["verdicts"]["engine_start"] == {
+        "verdict": "needs-opt-in",
+        "level": "predicted",
+        "advice": "set VLLM_WSL2_ENABLE_PIN_MEMORY=1",
+        "why": "without VLLM_WSL2_ENABLE_PIN_MEMORY=1: the V2 runner raises 'UVA is not available' at start "
+        "without pinned memory",
+        "issues": ["https://github.com/vllm-project/vllm/issues/47387"],
+        "rules": ["v2-uva-crash", "starts"],
+    }
+    markdown = render_md.render(report)
+    row = next(line for line in markdown.splitlines() if line.startswith("| **CUDA** · WSL2 kernel ≥ 4.19.121 |"))
+    assert row.split(" | ")[3].startswith(
+        "⚑ **needs-opt-in**: set <code>VLLM&#95;WSL2&#95;ENABLE&#95;PIN&#95;MEMORY=1</code>"
+    )
+    page = render_html.render(report)
+    assert 'data-verdict="needs-opt-in" data-cell="cuda-wsl2new-v2-graph" style="--c:#56B4E9"' in page
+
+
+def test_a_bad_verdict_rule_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "verdicts.toml"
+    path.write_text('[[rule]]\nid = "x"\nquestion = "engine_start"\nwhen = { pinned = "True" }\noutcome = "works"\n')
+    with pytest.raises(MatrixError, match=r"^rule 'x' in verdicts.toml: when needs keys from .*pinned"):
+        load_verdict_rules(path)
+    path.write_text('[[rule]]\nid = "y"\nquestion = "engine_start"\nwhen = { pin = "True" }\noutcome = "fine"\n')
+    with pytest.raises(MatrixError, match=r"^rule 'y' in verdicts.toml: .*'fine'"):
+        load_verdict_rules(path)
