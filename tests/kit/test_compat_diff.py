@@ -22,10 +22,10 @@ OLD = {
 }
 
 
-def compare(tmp_path, new: dict) -> subprocess.CompletedProcess:
+def compare(tmp_path, new: dict, *options: str) -> subprocess.CompletedProcess:
     (tmp_path / "old.json").write_text(json.dumps(OLD))
     (tmp_path / "new.json").write_text(json.dumps(new))
-    command = [sys.executable, str(SCRIPT), str(tmp_path / "old.json"), str(tmp_path / "new.json")]
+    command = [sys.executable, str(SCRIPT), *options, str(tmp_path / "old.json"), str(tmp_path / "new.json")]
     return subprocess.run(command, capture_output=True, text=True)
 
 
@@ -56,3 +56,12 @@ def test_a_list_of_another_length_is_a_difference(tmp_path):
     new["versions"].append({"vllm": "0.34.0", "cells": []})
     done = compare(tmp_path, new)
     assert done.returncode == 1 and "$.versions.length: 1 -> 2" in done.stdout
+
+
+def test_an_ignored_key_is_no_difference_anywhere_and_everything_else_still_is(tmp_path):
+    new = json.loads(json.dumps(OLD))
+    cell = new["versions"][0]["cells"][0]
+    cell["status"], cell["counts"] = "regression", {"pass": 13}
+    done = compare(tmp_path, new, "--ignore", "counts")
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == ['$.versions[0].cells[0].status: "pass" -> "regression"']
