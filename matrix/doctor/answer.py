@@ -78,7 +78,11 @@ def set_up(facts: HostFacts, asked: Asked) -> SetUp:
     else:
         detected, reason = classify_stack(facts)
         if detected is None:
-            raise MatrixError(f"no GPU stack found here ({reason}): pass --stack cuda or --stack rocm")
+            # Still say what was read: the kernel's side of the gate answers half the question already.
+            raise MatrixError(
+                f"kernel {kernel.value or '?'} ({host.value}), but no GPU stack found here ({reason}): "
+                "pass --stack cuda or --stack rocm"
+            )
         stack = Chosen(detected, Source.MACHINE)
     installed = (facts.vllm or {}).get("version")
     if asked.vllm is not None:

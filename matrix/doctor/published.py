@@ -29,6 +29,7 @@ class QuestionVerdict:
     verdict: Verdict
     level: Level
     advice: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def _verdict(obj: Any, question: Question, where: str) -> QuestionVerdict:
         _axis(Verdict, _get(obj, "verdict", str, here), here),
         _axis(Level, _get(obj, "level", str, here), here),
         _get(obj, "advice", str, here),
+        _get(obj, "why", str, here),
     )
 
 

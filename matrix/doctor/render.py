@@ -63,6 +63,7 @@ def render_text(a: Answer) -> str:
         lines.append(f"{QUESTION_WORDS[v.question].ljust(width)}  {v.verdict.value.ljust(verdict_width)}  {v.level}")
         already = v.verdict is Verdict.NEEDS_OPT_IN and a.opted_in
         lines.append(f"  {v.advice}" + (f" ({PIN_MEMORY.name}=1 is already set here.)" if already else ""))
+        lines.append(f"  ({v.why})")
     lines += ["", f"evidence (weakest level: {a.entry.level}):"]
     lines += [f"  {sentence}" for sentence in a.entry.evidence] or ["  none recorded"]
     lines += ["", f"check it here: {a.entry.command}"]

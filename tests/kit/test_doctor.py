@@ -242,3 +242,26 @@ def test_a_bare_python_answers(bare_python, compat):
         check=False,
     )
     assert answered(done)["cell"].startswith("rocm-wsl2old-")
+
+
+def test_the_doctor_reads_a_real_reports_verdicts_for_each_cell(tmp_path):
+    from test_verdicts import CUDA_NEW_KERNEL, CUDA_OLD_KERNEL, suite
+
+    from matrix.report import render_json
+    from matrix.report.model import build_report
+    from matrix.report.view import advice, plain
+
+    inputs = [
+        suite(tmp_path, "cuda-wsl2new-v2-graph", CUDA_NEW_KERNEL, vllm="0.26.0"),
+        suite(tmp_path, "cuda-wsl2old-v1-eager", CUDA_OLD_KERNEL, vllm="0.26.0"),
+    ]
+    report = build_report([str(i) for i in inputs], kit_commit="t")
+    render_json.write(report, tmp_path / "compat.json")
+    for cell in report.all_cells:
+        flags = ("--kernel", cell.cell.host.emulated_release, "--stack", cell.cell.stack, "--vllm", "0.26.1")
+        flags += ("--runner", cell.cell.runner, "--mode", cell.cell.mode, "--matrix", str(tmp_path / "compat.json"))
+        got = answered(doctor("--json", *flags, env=_clean_env()))
+        answers = report.verdicts_of(cell).answers
+        assert (got["cell"], got["vllm"], got["nearest_older"]) == (cell.cell.id, "0.26.0", True)
+        assert got["verdicts"] == {a.question.value: a.verdict.value for a in answers}
+        assert got["advice"] == {a.question.value: plain(advice(a)) for a in answers}
