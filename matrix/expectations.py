@@ -32,6 +32,7 @@ GATE_KEYS = {
     "warning": "pin-memory warning logged (none, wsl, wsl-kernel)",
     "v2_buffer": "V2 runner buffer class (UvaBuffer, NonUvaBuffer, or the crash)",
     "offload_path": "CPU weight offload path (uva, pinned-copy, pageable-copy)",
+    "runner_default": "model runner vLLM's config chooses with VLLM_USE_V2_MODEL_RUNNER unset and no model (v1, v2)",
 }
 # What the offload-with-graph reproduction does on a GPU (see repro/offload.py).
 REPRO_KEYS = {

@@ -10,7 +10,7 @@ GROUP_TESTS: dict[str, tuple[str, ...]] = {
     # All of a cell's tests: what a cell session and wsl_cuda_graph run.
     "cell": ("tests/cell",),
     # What needs no GPU: vLLM's gate decisions, and its engine config built from the reproduction's arguments.
-    "gate": ("tests/cell/test_gate.py", "tests/cell/test_engine_config.py"),
+    "gate": ("tests/cell/test_gate.py", "tests/cell/test_kernel_edges.py", "tests/cell/test_engine_config.py"),
     "repro": ("tests/cell/test_repro.py", "-k", "not bare_torch_probe"),
     "probe": ("tests/cell/test_repro.py", "-k", "bare_torch_probe"),
 }

@@ -32,9 +32,17 @@ EMULATED_CUDA_CAPABILITY = (9, 0)
 
 
 def present_host(host: Host) -> None:
+    present_uname(host.emulated_release, EMULATED_NODE)
+
+
+def present_uname(release: str, node: str) -> None:
+    """Show vLLM this release and node name; the other fields stay the machine's own.
+
+    The node name is replaced too: vLLM's in_wsl() looks for "microsoft" in every field. Presented
+    again, the other fields are still the machine's: each presentation keeps them.
+    """
     real = platform.uname()
-    # The node name is replaced too: vLLM's in_wsl() looks for "microsoft" in every field.
-    fake = platform.uname_result(real.system, EMULATED_NODE, host.emulated_release, real.version, real.machine)
+    fake = platform.uname_result(real.system, node, release, real.version, real.machine)
     platform.uname = lambda: fake
 
 

@@ -5,22 +5,27 @@ imports vLLM, and records vLLM's own answers — nothing here re-implements a
 decision. ``evaluate`` runs one child per distinct (stack, host, pin_env,
 presentation) and shares the answers between the cells that depend on them:
 the runner and graph mode do not change the gate, so 24 cells x 2 pin_env
-values need 12 children.
+values need 12 children. ``evaluate_edges`` asks the same gate under every
+kernel edge (``matrix.host.edges``) in one child per stack, vLLM's caches
+cleared between edges: the edges add two children, not one per edge.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
+import sys
 import traceback
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from matrix.cells import Cell, Host, Runner, Stack
+from matrix.host.edges import KERNEL_EDGES, KernelEdge
 from matrix.plan import CellPlan, Execution
-from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY, V2_MODEL_RUNNER
+from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY, UNSET, V2_MODEL_RUNNER
 from repro import emulation
 from repro.isolation import Outcome, run_isolated
 
@@ -175,6 +180,7 @@ def decide(request: GateRequest) -> dict:
         "uva": lambda: utils.is_uva_available(),
         "runner_v1": lambda: _runner_choice(Runner.V1.env_value),
         "runner_v2": lambda: _runner_choice(Runner.V2.env_value),
+        "runner_default": lambda: _runner_choice(UNSET),
         "v2_buffer": _v2_buffer,
         "offload_path": _offload_path,
     }
@@ -186,6 +192,97 @@ def decide(request: GateRequest) -> dict:
     answer["warnings"] = capture.messages
     answer["warning"] = _pin_warning(capture.messages)
     return answer
+
+
+# What a kernel edge is asked: the gate's own answers. The rest follows from them, as the cell's gate tests show.
+EDGE_KEYS = ("platform_pin", "pin", "warning")
+
+
+@dataclass(frozen=True, order=True)
+class EdgeRequest:
+    """Every kernel edge under one stack's platform class, asked in one child."""
+
+    stack: Stack
+    stub_gpu: bool  # no GPU of this stack here
+    edges: tuple[KernelEdge, ...] = KERNEL_EDGES
+
+    @classmethod
+    def for_cell(cls, cell: Cell, execution: Execution) -> EdgeRequest:
+        return cls(cell.stack, stub_gpu=not execution.uses_gpu)
+
+
+# functools.cache and lru_cache both wrap a function in this type.
+_CACHED_FUNCTION = type(functools.cache(lambda: None))
+
+
+def _forget_vllm_caches() -> None:
+    """Clear every cached function of vLLM's loaded modules (in_wsl, the kernel version, is_pin_memory_available,
+    warning_once's): what a fresh process would not know yet, whichever release names them how."""
+    for name, module in list(sys.modules.items()):
+        if module is None or name.partition(".")[0] != "vllm":
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, _CACHED_FUNCTION) and value.__module__.partition(".")[0] == "vllm":
+                value.cache_clear()
+
+
+def _raised(probe: Callable[[], object]) -> object:
+    """The probe's answer, or ``raises: <type>``: an exception is what vLLM decided under that uname."""
+    try:
+        return probe()
+    except Exception as exc:  # noqa: BLE001 - recorded, judged against the rule like any answer
+        return f"raises: {type(exc).__name__}"
+
+
+def decide_edges(request: EdgeRequest) -> dict:
+    """In a fresh process: import vLLM once, then ask its gate under each edge and ``pin_env`` value.
+
+    Answers keyed by (edge name, pin_env), or ``import_error``.
+    """
+    if request.stub_gpu:
+        emulation.stub_gpu(request.stack)
+        # Stubbed, the platform vLLM detects does not depend on the host: import it as native Linux,
+        # where every release imports (0.25 did not on WSL, which the cell's own import test reports).
+        # With the GPU really here, vLLM detects it under the machine's own uname.
+        emulation.present_host(Host.LINUX)
+    capture = _Capture()
+    try:
+        import vllm.logger  # noqa: F401 - configures vLLM's logger; attach after it
+
+        logging.getLogger("vllm").addHandler(capture)
+        import vllm.platforms
+
+        platform = type(vllm.platforms.current_platform)
+        utils = _first_module("vllm.utils.platform_utils") or importlib.import_module("vllm.utils")
+    except BaseException:  # noqa: BLE001 - reported by the edge tests, judged by the cell's import test
+        return {"import_error": traceback.format_exc()}
+    answers: dict = {}
+    for edge in request.edges:
+        for pin_env in GATE_PIN_VALUES:
+            emulation.present_uname(edge.release, edge.node)
+            PIN_MEMORY.apply(os.environ, pin_env)
+            _forget_vllm_caches()
+            capture.messages.clear()
+            answer = {
+                "platform_pin": _raised(platform.is_pin_memory_available),
+                "pin": _raised(utils.is_pin_memory_available),
+            }
+            answers[edge.name, pin_env] = {
+                **answer,
+                "warning": _pin_warning(capture.messages),
+                "warnings": list(capture.messages),
+            }
+    return answers
+
+
+def edge_requests_for(plans: Iterable[CellPlan]) -> list[EdgeRequest]:
+    return sorted({EdgeRequest.for_cell(p.cell, p.execution) for p in plans})
+
+
+def evaluate_edges(requests: list[EdgeRequest], timeout: float = DEFAULT_TIMEOUT) -> dict[EdgeRequest, Outcome]:
+    unique = sorted(set(requests))
+    preload()
+    return dict(zip(unique, run_isolated(decide_edges, unique, timeout=timeout), strict=True))
 
 
 def preload() -> None:

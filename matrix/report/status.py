@@ -97,11 +97,14 @@ class CellReport:
 
     @cached_property
     def gate_values(self) -> dict[tuple[str, str], str]:
-        """(gate key, pin_env) -> what vLLM decided, the first case that says so: indexed once, not per question."""
+        """(gate key, pin_env) -> what vLLM decided, the first case that says so: indexed once, not per question.
+
+        A kernel-edge case says what vLLM decided under another uname, not under the cell's host: left out.
+        """
         values: dict[tuple[str, str], str] = {}
         for case in self.cases:
             p = case.properties
-            if "gate_key" in p and "pin_env" in p and "observed" in p:
+            if "gate_key" in p and "pin_env" in p and "observed" in p and "kernel_edge" not in p:
                 values.setdefault((p["gate_key"], p["pin_env"]), p["observed"])
         return values
 

@@ -19,6 +19,7 @@ from matrix.cells import Cell, select
 from matrix.errors import MatrixError
 from matrix.expectations import GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.host import classify, facts
+from matrix.host.edges import KERNEL_EDGES
 from matrix.plan import CellPlan, Plan, load_plan
 from matrix.variables import GATE_PIN_VALUES
 from repro import gate, offload
@@ -26,8 +27,8 @@ from repro.isolation import DEADLINE_CUT, NOT_STARTED
 
 BUILD = Path(__file__).resolve().parents[2] / "build"
 
-# "imports" has a test of its own: without it no other value exists.
-GATE_VALUE_KEYS = [key for key in GATE_KEYS if key != "imports"]
+# Keys with a test of their own: "imports" (without it no other value exists) and "runner_default" (test_gate.py).
+GATE_VALUE_KEYS = [key for key in GATE_KEYS if key not in ("imports", "runner_default")]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -119,23 +120,33 @@ def gate_outcomes(request, plans):
     return _OnFirstLookUp(lambda: gate.evaluate(requests, timeout=request.config.getoption("--gate-timeout")))
 
 
+@pytest.fixture(scope="session")
+def edge_outcomes(request, plans):
+    """vLLM's answers under every kernel edge, one child per stack, computed when first read."""
+    requests = gate.edge_requests_for(plans.values())
+    return _OnFirstLookUp(lambda: gate.evaluate_edges(requests, timeout=request.config.getoption("--gate-timeout")))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "cell" not in metafunc.fixturenames:
         return
     plans = _plans(metafunc.config)
-    names = [n for n in ("cell", "pin_env", "gate_key") if n in metafunc.fixturenames]
+    names = [n for n in ("cell", "kernel_edge", "pin_env", "gate_key") if n in metafunc.fixturenames]
     only = metafunc.definition.get_closest_marker("only_hosts")
+    keys = gate.EDGE_KEYS if "kernel_edge" in names else GATE_VALUE_KEYS
     cases = []
     for cell in plans:
         if only is not None and cell.host not in only.args:
             continue
-        for pin_env in GATE_PIN_VALUES if "pin_env" in names else (None,):
-            for key in GATE_VALUE_KEYS if "gate_key" in names else (None,):
-                if key == "v2_buffer" and cell.runner.value != "v2":
-                    continue  # the V1 runner has no UVA buffers
-                values = [v for v in (cell, pin_env, key) if v is not None]
-                ident = "-".join([cell.id] + [f"pin_env={pin_env}"] * (pin_env is not None) + [key] * (key is not None))
-                cases.append(pytest.param(*values, id=ident))
+        # An edge belongs to the cells of the host the kit makes of its uname.
+        for edge in [e for e in KERNEL_EDGES if e.host is cell.host] if "kernel_edge" in names else (None,):
+            for pin_env in GATE_PIN_VALUES if "pin_env" in names else (None,):
+                for key in keys if "gate_key" in names else (None,):
+                    if key == "v2_buffer" and cell.runner.value != "v2":
+                        continue  # the V1 runner has no UVA buffers
+                    values = [v for v in (cell, edge, pin_env, key) if v is not None]
+                    shown = (cell.id, edge and f"edge={edge.name}", pin_env and f"pin_env={pin_env}", key)
+                    cases.append(pytest.param(*values, id="-".join(part for part in shown if part)))
     metafunc.parametrize(names, cases)
 
 

@@ -1,0 +1,33 @@
+"""Kernel-edge tests: vLLM's real gate under the unames at the borders of its WSL2 kernel check (#50126's review).
+
+Each edge (``matrix.host.edges``) is tested in the cells of the host the kit classifies it as, against
+those cells' rules: where vLLM's answer under the edge is not the answer the kit's host predicts,
+the kit and vLLM disagree about that uname, and the case fails. Every case carries ``kernel_edge``,
+so the report keeps it out of the cell's own behaviour.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from repro.gate import EdgeRequest
+
+
+def test_gate_under_kernel_edge(expect, tag, edge_outcomes, plans, cell, kernel_edge, pin_env, gate_key, vllm_version):
+    """One value vLLM decides under the edge's uname (release, node name) against the cell's rule."""
+    tag("kernel_edge", kernel_edge.name)
+    tag("uname", f"release={kernel_edge.release} node={kernel_edge.node}")
+    if vllm_version is None:
+        pytest.fail("vLLM is not installed in this environment: run the cell through nox, which installs it")
+    outcome = edge_outcomes[EdgeRequest.for_cell(cell, plans[cell].execution)]
+    if not outcome.ok:
+        pytest.fail(f"no answer from vLLM under the kernel edges ({outcome.status}): {outcome.detail}\n{outcome.log}")
+    if "import_error" in outcome.value:
+        pytest.skip(f"vLLM did not import for the kernel edges: see test_vllm_imports\n{outcome.value['import_error']}")
+    answer = outcome.value[kernel_edge.name, pin_env]
+    context = f"\nvLLM's warnings: {answer['warnings']}" if gate_key == "warning" else ""
+    expect(
+        gate_key,
+        answer[gate_key],
+        f" under {kernel_edge.name} ({kernel_edge.release!r}, node {kernel_edge.node!r}){context}",
+    )
