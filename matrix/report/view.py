@@ -12,8 +12,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from matrix.cells import CELLS, WSL2_PIN_KERNEL, Cell, Host, Mode, Stack
+from matrix.cells import AXES, CELLS, WSL2_PIN_KERNEL, Axis, Cell, Host, Mode, Runner, Stack
 from matrix.report.model import COLUMNS, ROWS, Contradiction, Diff, Evidence, EvidenceKind, Report, detail_rows
 from matrix.report.status import CellReport, Status
 from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
@@ -26,7 +27,9 @@ HOST_NAMES = {
     Host.WSL2NEW: "WSL2 kernel ≥ 4.19.121",
 }
 STACK_NAMES = {Stack.CUDA: "CUDA", Stack.ROCM: "ROCm"}
-COLUMN_NAMES = {(r, m): f"{r.value.upper()} · {'CUDA graph' if m is Mode.GRAPH else 'eager'}" for r, m in COLUMNS}
+RUNNER_NAMES = {runner: runner.value.upper() for runner in Runner}
+MODE_NAMES = {Mode.GRAPH: "CUDA graph", Mode.EAGER: "eager"}
+COLUMN_NAMES = {(r, m): f"{RUNNER_NAMES[r]} · {MODE_NAMES[m]}" for r, m in COLUMNS}
 PROVENANCE = (
     ("vLLM", "vllm_version"),
     ("vLLM commit", "vllm_commit"),
@@ -254,9 +257,8 @@ def level_words(level: Level, vllm: str, host: Host) -> str:
 
 def setup_words(cell: Cell, vllm: str) -> str:
     graphs = "CUDA graphs" if cell.mode is Mode.GRAPH else "eager (--enforce-eager)"
-    return (
-        f"vLLM {vllm}, {STACK_NAMES[cell.stack]}, {HOST_NAMES[cell.host]}, {cell.runner.value.upper()} runner, {graphs}"
-    )
+    runner = RUNNER_NAMES[cell.runner]
+    return f"vLLM {vllm}, {STACK_NAMES[cell.stack]}, {HOST_NAMES[cell.host]}, {runner} runner, {graphs}"
 
 
 def answer_sentence(cell: Cell, vllm: str, verdicts: CellVerdicts) -> str:
@@ -265,6 +267,56 @@ def answer_sentence(cell: Cell, vllm: str, verdicts: CellVerdicts) -> str:
     parts = "; ".join(f"{QUESTION_NAMES[a.question]} {a.verdict.value}" for a in verdicts.answers)
     level = level_words(head.level, vllm, cell.host)
     return f"{setup_words(cell, vllm)}: {head.verdict.value}, {plain(advice(head))} ({parts}; {level})."
+
+
+# --- the chooser: "Does it work on my set-up?" -------------------------------------------------
+
+# Each of the chooser's selects, in the order of AXES (so their values, joined by "-", are a cell's id).
+AXIS_LABELS: dict[type[Axis], tuple[str, Mapping[Any, str]]] = {
+    Stack: ("GPU stack", STACK_NAMES),
+    Host: ("host", HOST_NAMES),
+    Runner: ("model runner", RUNNER_NAMES),
+    Mode: ("graph mode", MODE_NAMES),
+}
+CHOOSER_TITLE = "Does it work on my set-up?"
+CHOOSER_HINTS: tuple[Phrase, ...] = (
+    (
+        "Which WSL2 kernel: run ",
+        Part("uname -r", Style.CODE),
+        f" inside WSL (a number below {KERNEL}: the old kernel; ",
+        Part("wsl --update", Style.CODE),
+        " brings a newer one).",
+    ),
+    ("On the machine itself, ", Part("python3 -m matrix doctor", Style.CODE), " answers for it."),
+)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One select of the chooser: an axis of the matrix, or the release."""
+
+    name: str  # the axis (stack, host, runner, mode) or "release"
+    label: str
+    options: tuple[tuple[str, str], ...]  # (value, words), in the matrix's order
+
+
+@dataclass(frozen=True)
+class Chooser:
+    title: str
+    axes: tuple[Choice, ...]  # in the order of a cell id's parts
+    release: Choice  # every release of the report, newest first
+    hints: tuple[Phrase, ...]
+    link: str  # the link to the chosen cell in the grid
+
+
+def chooser(release_names: Iterable[str]) -> Chooser:
+    """The chooser's selects, from the matrix's axes and the report's releases: no second list of cells."""
+    axes = tuple(
+        Choice(axis.__name__.lower(), AXIS_LABELS[axis][0], tuple((v.value, AXIS_LABELS[axis][1][v]) for v in axis))
+        for axis in AXES
+    )
+    releases = Choice("release", "vLLM release", tuple((vllm, vllm) for vllm in release_names))
+    return Chooser(CHOOSER_TITLE, axes, releases, CHOOSER_HINTS, "show it in the grid")
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +454,10 @@ class ReportView:
         return Section(
             "legend", "Legend", 3, [Item((f"{x.glyph} ", _strong(x.word), ": ", x.meaning), look=x) for x in looks]
         )
+
+    @property
+    def chooser(self) -> Chooser:
+        return chooser(self.release_names)
 
     @property
     def verdicts(self) -> Section:

@@ -28,4 +28,82 @@
     select.addEventListener('change', show);
     show();
   }
+  // "Does it work on my set-up?": the axes' values joined by "-" are a cell id; the answer is that
+  // cell's own sentence in the chosen release's grid. A link may preset it: #setup=cuda-wsl2new-v2-graph&release=0.33.0
+  var form = document.getElementById('setup');
+  if (!form) { return; }
+  var axes = form.querySelectorAll('select[data-axis]');
+  var release = document.getElementById('setup-release');
+  var out = document.getElementById('setup-answer');
+  var link = document.getElementById('setup-link');
+  var chosen = null;
+  function choose(sel, value) {
+    for (var i = 0; i < sel.options.length; i++) {
+      if (sel.options[i].value === value) { sel.value = value; return true; }
+    }
+    return false;
+  }
+  function cell() {
+    var id = Array.prototype.map.call(axes, function (s) { return s.value; }).join('-');
+    var found = null;
+    document.querySelectorAll('section.release').forEach(function (sec) {
+      if (sec.getAttribute('data-release') !== release.value) { return; }
+      sec.querySelectorAll('td.cell').forEach(function (td) {
+        if (td.getAttribute('data-cell') === id) { found = td; }
+      });
+    });
+    return {id: id, td: found};
+  }
+  function answer() {
+    var got = cell();
+    if (chosen) { chosen.removeAttribute('aria-current'); }
+    chosen = got.td;
+    var box = out.parentNode;
+    link.href = '#setup=' + got.id + '&release=' + encodeURIComponent(release.value);
+    if (!chosen) {
+      out.value = '';
+      box.removeAttribute('data-verdict');
+      box.style.removeProperty('--c');
+      box.querySelector('.sym').textContent = '';
+      return;
+    }
+    chosen.setAttribute('aria-current', 'true');  // an attribute: the cell's classes stay the filter's
+    out.value = chosen.querySelector('.answer').textContent;
+    box.setAttribute('data-verdict', chosen.getAttribute('data-verdict'));
+    box.style.setProperty('--c', chosen.style.getPropertyValue('--c'));
+    box.querySelector('.sym').textContent = chosen.querySelector('.verdict .sym').textContent;
+    // Show the chosen release, so the highlighted cell is on the page (unless all releases are).
+    if (select && select.value !== 'all' && select.value !== release.value) {
+      select.value = release.value;
+      show();
+    }
+  }
+  function preset() {
+    var setup = /setup=([^&]*)/.exec(location.hash);
+    var vllm = /release=([^&]*)/.exec(location.hash);
+    if (vllm) { choose(release, decodeURIComponent(vllm[1])); }
+    if (setup) {
+      var parts = decodeURIComponent(setup[1]).split('-');
+      if (parts.length === axes.length) {
+        axes.forEach(function (s, i) { choose(s, parts[i]); });
+      }
+    }
+    return Boolean(setup);
+  }
+  form.addEventListener('submit', function (e) { e.preventDefault(); });
+  form.querySelectorAll('select').forEach(function (s) { s.addEventListener('change', answer); });
+  if (select) {
+    select.addEventListener('change', function () {
+      if (select.value !== 'all' && choose(release, select.value)) { answer(); }
+    });
+    if (!/release=/.test(location.hash) && select.value !== 'all') { choose(release, select.value); }
+  }
+  link.addEventListener('click', function () {
+    if (chosen) { chosen.scrollIntoView({block: 'center'}); }
+  });
+  window.addEventListener('hashchange', function () {
+    if (preset()) { answer(); }
+  });
+  preset();
+  answer();
 })();

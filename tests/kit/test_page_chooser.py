@@ -1,0 +1,161 @@
+"""The page's "Does it work on my set-up?" chooser, clicked in Debian's headless Chromium through Playwright."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from markupsafe import escape
+from test_report import NOW, gate_case, write_suite
+
+from matrix.cells import CELLS, Cell
+from matrix.report import render_html
+from matrix.report.model import Report, build_report
+from matrix.report.view import HOST_NAMES, build_view
+
+OLDER, NEWER = "0.29.0", "0.30.0"
+CHOSEN = "cuda-wsl2new-v2-graph"
+
+
+def suite(tmp_path: Path, vllm: str, cell: str, **observed: tuple[str, str]) -> Path:
+    """A cell's gate results: each key observed with the variable unset, then =1."""
+    cases = [
+        gate_case(f"{key}-{pin}", key, pin, value)
+        for key, pair in observed.items()
+        for pin, value in zip(("unset", "1"), pair, strict=True)
+    ]
+    return write_suite(tmp_path / f"{vllm}-{cell}.xml", cell, cases, vllm=vllm)
+
+
+def two_releases(tmp_path: Path) -> Report:
+    """The chosen cell broken in the older release (vLLM does not import), needing the opt-in in the newer;
+    native Linux works in the newer."""
+    files = [
+        suite(tmp_path, OLDER, CHOSEN, imports=("False", "False"), pin=("False", "True")),
+        suite(
+            tmp_path,
+            NEWER,
+            CHOSEN,
+            imports=("True", "True"),
+            pin=("False", "True"),
+            v2_buffer=("NonUvaBuffer", "UvaBuffer"),
+            offload_path=("pageable-copy", "uva"),
+        ),
+        suite(tmp_path, NEWER, "cuda-linux-v2-graph", imports=("True", "True"), pin=("True", "True")),
+    ]
+    return build_report([str(f) for f in files], kit_commit="t", now=NOW)
+
+
+def answers(report: Report) -> dict[tuple[str, str], tuple[str, str]]:
+    """(release, cell id): (the one-sentence answer, the verdict), from the view model."""
+    return {
+        (release.vllm, cell.id): (cell.answer, cell.verdict.word)
+        for release in build_view(report).releases()
+        for row in release.rows
+        for cell in row.cells
+    }
+
+
+def test_the_choosers_selects_come_from_the_matrix_axes_and_the_reports_releases(tmp_path):
+    chooser = build_view(two_releases(tmp_path)).chooser
+    ids = {"-".join(parts) for parts in itertools.product(*[[v for v, _ in choice.options] for choice in chooser.axes])}
+    assert ids == {c.id for c in CELLS}
+    assert [value for value, _ in chooser.release.options] == [NEWER, OLDER]  # newest first
+    host = next(choice for choice in chooser.axes if choice.name == "host")
+    assert [words for _, words in host.options] == list(HOST_NAMES.values())
+    report = two_releases(tmp_path)
+    page = render_html.render(report)
+    assert page.index('<form id="setup"') < page.index('<table class="grid"')
+    # The chooser reads each sentence from its cell: the page holds each once.
+    assert page.count(str(escape(answers(report)[(NEWER, CHOSEN)][0]))) == 1
+
+
+@pytest.fixture
+def chromium_page():
+    """A Playwright page in Debian's Chromium (no browser download), and the console messages it logs."""
+    from matrix.ci import browser
+
+    try:
+        executable = browser.chromium()
+    except browser.BrowserMissingError as exc:
+        pytest.skip(f"{exc} (.ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=executable, args=[flag for flag in browser.FLAGS if flag != "--headless"]
+        )
+        try:
+            page = chromium.new_page(viewport={"width": 1400, "height": 900})
+            page.set_default_timeout(30_000)
+            console: list[str] = []
+            page.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
+            page.on("pageerror", lambda error: console.append(f"uncaught: {error}"))
+            yield page, console
+        finally:
+            chromium.close()
+
+
+def test_the_chooser_answers_with_the_chosen_cells_sentence_in_chromium(tmp_path, chromium_page):
+    from playwright.sync_api import expect
+
+    page, console = chromium_page
+    report = two_releases(tmp_path)
+    said = answers(report)
+    assert said[(OLDER, CHOSEN)][1] != said[(NEWER, CHOSEN)][1]  # the releases differ for this set-up
+    index = tmp_path / "index.html"
+    index.write_text(render_html.render(report))
+    page.goto(index.as_uri())
+
+    answer = page.locator("#setup-answer")
+    page.locator("#setup-stack").select_option("cuda")
+    page.locator("#setup-host").select_option(label=HOST_NAMES[Cell.parse(CHOSEN).host])
+    page.locator("#setup-runner").select_option("v2")
+    page.locator("#setup-mode").select_option("graph")
+    page.locator("#setup-release").select_option(OLDER)
+    expect(answer).to_have_text(said[(OLDER, CHOSEN)][0])
+    assert answer.text_content() == said[(OLDER, CHOSEN)][0]
+    expect(page.locator("p.answer")).to_have_attribute("data-verdict", said[(OLDER, CHOSEN)][1])
+    # The grid follows: the older release is shown, and the chosen cell highlighted in it.
+    expect(page.locator("#release")).to_have_value(OLDER)
+    expect(page.locator(f'section.release[data-release="{NEWER}"]')).to_be_hidden()
+    chosen = page.locator("td.cell[aria-current=true]")
+    expect(chosen).to_have_count(1)
+    assert chosen.get_attribute("data-cell") == CHOSEN
+    assert chosen.evaluate("td => td.closest('section').getAttribute('data-release')") == OLDER
+
+    # One select changed: the sentence changes at once.
+    page.locator("#setup-release").select_option(NEWER)
+    expect(answer).to_have_text(said[(NEWER, CHOSEN)][0])
+    assert said[(NEWER, CHOSEN)][0] != said[(OLDER, CHOSEN)][0]
+    expect(page.locator("#release")).to_have_value(NEWER)
+    page.locator("#setup-host").select_option("linux")
+    expect(answer).to_have_text(said[(NEWER, "cuda-linux-v2-graph")][0])
+
+    # The link goes to the cell in the grid, and is the set-up's own link.
+    page.locator("#setup-link").click()
+    expect(page.locator("td.cell[aria-current=true]")).to_be_in_viewport()
+    assert page.evaluate("location.hash") == f"#setup=cuda-linux-v2-graph&release={NEWER}"
+    assert console == []
+
+
+def test_a_link_presets_the_chooser_and_the_status_filter_still_works(tmp_path, chromium_page):
+    from playwright.sync_api import expect
+
+    page, console = chromium_page
+    report = two_releases(tmp_path)
+    said = answers(report)
+    index = tmp_path / "index.html"
+    index.write_text(render_html.render(report))
+    page.goto(f"{index.as_uri()}#setup={CHOSEN}&release={OLDER}&status=pass")
+    expect(page.locator("#setup-answer")).to_have_text(said[(OLDER, CHOSEN)][0])
+    expect(page.locator("#setup-host")).to_have_value("wsl2new")
+    expect(page.locator("#release")).to_have_value(OLDER)
+    expect(page.locator('.filter input[value="pass"]')).to_be_checked()
+    expect(page.locator('.filter input[value="missing"]')).not_to_be_checked()
+    # The grid's own release select moves the chooser with it.
+    page.locator("#release").select_option(NEWER)
+    expect(page.locator("#setup-release")).to_have_value(NEWER)
+    expect(page.locator("#setup-answer")).to_have_text(said[(NEWER, CHOSEN)][0])
+    assert console == []
