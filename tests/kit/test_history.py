@@ -95,11 +95,12 @@ def test_evidence_and_probes(tmp_path):
 
 def test_each_kind_of_evidence_reads_as_the_published_sentence():
     bench = BenchSummary(
-        "b.json", "cuda-linux-v1-graph", "2026-11-25T00:00:00", "fake", "0.33.0", "ok", 4, "no difference"
+        "b.json", "cuda-linux-v1-graph", "2026-11-25T00:00:00", "vllm", "0.33.0", "ok", 4, "no difference"
     )
     assert [
         evidence_sentence(e)
         for e in (
+            Evidence(EvidenceKind.GATE_ONLY, "2026-11-27", "0.33.0"),
             Evidence(EvidenceKind.EMULATED, "2026-11-28", "NVIDIA H200"),
             Evidence(EvidenceKind.NATIVE, "2026-11-29", "RTX 4090 (24 GB)", runner="wsl-1"),
             Evidence(EvidenceKind.SUPERSEDED, "", "", execution="gate-only", counts=(("pass", 3), ("skipped", 1))),
@@ -107,11 +108,12 @@ def test_each_kind_of_evidence_reads_as_the_published_sentence():
             Evidence(EvidenceKind.BENCH, "2026-11-25", "0.33.0", bench=bench),
         )
     ] == [
-        "emulated on NVIDIA H200 (2026-11-28)",
+        "predicted: vLLM 0.33.0's own code decides, without a GPU (gate-only) (2026-11-27)",
+        "emulated on NVIDIA H200: native Linux, the uname presented as the cell's (2026-11-28)",
         "native run on RTX 4090 (24 GB), runner wsl-1 (2026-11-29)",
         "also a gate-only result, not used for the status (3 pass, 1 skipped)",
         "probe on RTX 4090 (2026-11-20): mechanism works",
-        "bench 2026-11-25 (test server, concurrency 4): no difference",
+        "bench 2026-11-25 (vLLM 0.33.0, concurrency 4): no difference",
     ]
 
 
@@ -241,9 +243,12 @@ def test_facts_no_one_disputes(published):
         observed(cell(published, "0.29.0", "cuda-wsl2old-v2-graph"), "v2_buffer", "unset")
         == "crash: UVA is not available"
     )
-    # 0.25.0: importing vLLM under WSL with the warning path raised a circular import (#48397).
-    assert observed(cell(published, "0.25.0", "cuda-wsl2old-v1-graph"), "imports", "unset") == "False"
-    assert observed(cell(published, "0.25.0", "cuda-wsl2new-v1-graph"), "imports", "unset") == "True"
+    # 0.25.x: importing vLLM under WSL with the warning path raised a circular import (#48397);
+    # the patch release 0.25.1 still did (#48444 came in 0.26.0).
+    for release in ("0.25.0", "0.25.1"):
+        assert observed(cell(published, release, "cuda-wsl2old-v1-graph"), "imports", "unset") == "False"
+        assert observed(cell(published, release, "cuda-wsl2new-v1-graph"), "imports", "unset") == "True"
+    assert observed(cell(published, "0.26.0", "cuda-wsl2old-v1-graph"), "imports", "unset") == "True"
 
 
 def test_the_published_matrix_agrees_with_the_rules(published):
