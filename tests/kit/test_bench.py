@@ -177,7 +177,7 @@ def test_the_cli_writes_json_markdown_and_plots_and_the_report_shows_none_of_the
     # The test server's figures test the kit: no cell of any release shows them.
     assert latest_per_cell(str(tmp_path / "bench")) == {}
 
-    # The compatibility report shows the verdict beside the cell's status, in all three outputs.
+    # Given the test server's record, the compatibility report shows its figures on no cell, in no output.
     suite = tmp_path / "cuda-wsl2new-v2-graph.xml"
     props = {"cell_id": "cuda-wsl2new-v2-graph", "vllm_version": "0.33.0", "execution": "gate-only"}
     suite.write_text(
@@ -188,17 +188,12 @@ def test_the_cli_writes_json_markdown_and_plots_and_the_report_shows_none_of_the
     report = tmp_path / "report"
     done = run_module("matrix", "report", str(suite), "--bench", str(tmp_path / "bench"), "--out", str(report))
     assert done.returncode == 0, done.stdout + done.stderr
-    verdict = doc["headline"]["verdict"]
-    assert (
-        f"- `cuda-wsl2new-v2-graph`: bench {doc['started_at'][:10]} (test server"
-        in (report / "COMPATIBILITY.md").read_text()
-    )
     compat = json.loads((report / "compat.json").read_text())
     jsonschema.validate(compat, json.loads(SCHEMA_FILE.read_text()))
-    cells = {c["id"]: c for c in compat["versions"][0]["cells"]}
-    assert cells["cuda-wsl2new-v2-graph"]["bench"]["verdict"] == verdict
-    assert cells["cuda-linux-v2-graph"]["bench"] is None
-    assert f"bench (test server): {verdict}" in (report / "index.html").read_text()
+    assert {c["bench"] for c in compat["versions"][0]["cells"]} == {None}
+    for name in ("COMPATIBILITY.md", "index.html"):
+        text = (report / name).read_text()
+        assert "test server" not in text and doc["headline"]["verdict"] not in text, name
 
 
 def test_the_cli_refuses_vllm_without_the_cells_gpu_and_names_the_way_out():
