@@ -39,7 +39,7 @@ def compat_document() -> dict:
                 "mode": cell.mode.value,
                 "status": "pass",
                 "command": f'nox -s "{cell.session}" -- --vllm {vllm}',
-                "evidence": [f"gate-only: vLLM {vllm}'s own code decides (2026-12-01)"],
+                "evidence": [f"predicted: vLLM {vllm}'s own code decides, without a GPU (gate-only) (2026-12-01)"],
                 "verdicts": {q.value: _verdict(cell.id, vllm, q.value) for q in Question},
                 "answer": "one sentence",
             }

@@ -85,7 +85,7 @@ def test_evidence_and_probes(tmp_path):
         Evidence(EvidenceKind.PROBE, "2026-11-20", "Radeon RX 7900 XTX", passed=False),
     ]
     assert [evidence_sentence(e) for e in report.evidence(cell)] == [
-        "gate-only: vLLM 0.33.0's own code decides (2026-11-29)",
+        "predicted: vLLM 0.33.0's own code decides, without a GPU (gate-only) (2026-11-29)",
         "probe on Radeon RX 7900 XTX (2026-11-20): mechanism fails",
     ]
     (probes / "broken.json").write_text("{}")
