@@ -13,6 +13,7 @@ import json
 import platform
 import re
 from dataclasses import asdict, dataclass, field
+from urllib.parse import urlsplit
 
 from matrix.cells import WSL2_PIN_KERNEL, Host, Stack
 
@@ -35,6 +36,28 @@ RECORDED_PREFIXES = (
 )
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH", "HF_")
 REDACTED = "<redacted>"
+
+# Values that are credentials by their shape, whatever the variable is called: the record is a CI artifact.
+TOKEN_SHAPES = re.compile(
+    r"\b(?:"
+    r"gh[pousr]_[A-Za-z0-9]{20,}"  # GitHub tokens
+    r"|github_pat_[A-Za-z0-9_]{20,}"
+    r"|hf_[A-Za-z0-9]{20,}"  # Hugging Face
+    r"|(?:AKIA|ASIA)[A-Z0-9]{16}"  # AWS access key ids
+    r"|sk-[A-Za-z0-9_-]{20,}"  # OpenAI-style API keys
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"  # JWTs
+    r")"
+)
+# A long run of base64 is a key when its letters change case as often as random ones do (model
+# names and paths change case at word starts only). Hex is not: the commits, digests and GPU
+# UUIDs that vLLM, torch and CUDA variables hold are hex, and worth keeping.
+KEY_RUN = re.compile(r"[A-Za-z0-9+/_-]{32,}={0,2}")
+KEY_CASE_CHANGES = 0.3
+URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+QUERY_VALUE = re.compile(r"([^&;=]+)=([^&;]*)")
+# A person's home: its name is the user's, and everything under it is theirs.
+HOME_PATHS = re.compile(r"(?:/home/[^/\s:;]+|/Users/[^/\s:;]+|/root|[A-Za-z]:\\Users\\[^\\\s;]+)(?=[/\\\s:;]|$)")
 
 
 @dataclass(frozen=True)
@@ -136,22 +159,77 @@ def detected_from_record(record: dict) -> DetectedHost:
     )
 
 
+def _key_like(run: str) -> bool:
+    if not all(re.search(kind, run) for kind in ("[A-Z]", "[a-z]", "[0-9]")):
+        return False
+    pairs = [(a, b) for a, b in zip(run, run[1:], strict=False) if a.isalpha() and b.isalpha()]
+    return sum(a.isupper() != b.isupper() for a, b in pairs) >= KEY_CASE_CHANGES * len(pairs)
+
+
+def _redact_url(url: str) -> str:
+    """The URL's scheme, host and path; its user, password and every query or fragment value replaced."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return REDACTED
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{REDACTED}@{host}" if "@" in parts.netloc else host
+    query = QUERY_VALUE.sub(rf"\1={REDACTED}", parts.query)
+    fragment = QUERY_VALUE.sub(rf"\1={REDACTED}", parts.fragment)
+    return (
+        f"{parts.scheme}://{netloc}{parts.path}"
+        + (f"?{query}" if "?" in url else "")
+        + (f"#{fragment}" if "#" in url else "")
+    )
+
+
+def scrub(value: str, homes: tuple[str, ...] = ()) -> str:
+    """A value fit for a public record: credentials by their shape replaced, a home directory shown as ``~``.
+
+    ``homes`` are this machine's home directories ($HOME and the like), besides the usual places.
+    """
+    value = URL.sub(lambda m: _redact_url(m.group()), value)
+    value = TOKEN_SHAPES.sub(REDACTED, value)
+    value = KEY_RUN.sub(lambda m: REDACTED if _key_like(m.group()) else m.group(), value)
+    for home in homes:
+        value = re.sub(re.escape(home) + r"(?=[/\\\s:;]|$)", "~", value)
+    return HOME_PATHS.sub("~", value)
+
+
+def homes_of(environ: dict[str, str]) -> tuple[str, ...]:
+    """This machine's home directories, as its environment names them; never the root of the file system."""
+    found = (environ.get(name, "").rstrip("/\\") for name in ("HOME", "USERPROFILE"))
+    return tuple(sorted({home for home in found if len(home) > 3}, key=len, reverse=True))
+
+
 def redact(environ: dict[str, str]) -> dict[str, str]:
-    """The recorded subset of the environment, secret-looking values replaced."""
+    """The recorded subset of the environment: values of secret-named variables replaced, the rest scrubbed."""
+    homes = homes_of(environ)
     kept = {}
     for name in sorted(environ):
         upper = name.upper()
         if not upper.startswith(RECORDED_PREFIXES) and not any(m in upper for m in SECRET_MARKERS):
             continue
         secret = any(marker in upper for marker in SECRET_MARKERS)
-        kept[name] = REDACTED if secret else environ[name]
+        kept[name] = REDACTED if secret else scrub(environ[name], homes)
     return kept
+
+
+def _scrubbed(value: object, homes: tuple[str, ...]) -> object:
+    """Every string in a JSON value scrubbed: tool paths and a failed allocation's message can name a home."""
+    if isinstance(value, str):
+        return scrub(value, homes)
+    if isinstance(value, dict):
+        return {key: _scrubbed(item, homes) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(item, homes) for item in value]
+    return value
 
 
 def environment_record(facts: HostFacts, pinned_allocation: dict | None = None) -> dict:
     """The JSON document ``python -m matrix env`` writes (schema ``ENV_SCHEMA``)."""
     detected = detect(facts)
-    body = {
+    body: dict[str, object] = {
         "schema": ENV_SCHEMA,
         "host": {
             "detected": detected.host.value,
@@ -183,8 +261,10 @@ def environment_record(facts: HostFacts, pinned_allocation: dict | None = None) 
             "torch_mismatch": torch_mismatch(facts.torch, facts.vllm),
         },
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
-        "environment": redact(facts.environ),
     }
+    homes = homes_of(facts.environ)
+    body = {key: _scrubbed(value, homes) for key, value in body.items()}
+    body["environment"] = redact(facts.environ)
     body["env_hash"] = environment_hash(body)
     return {"collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **body}
 
