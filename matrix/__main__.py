@@ -19,6 +19,7 @@ from matrix.host import classify, facts
 from matrix.plan import Execution, Plan, load_plan
 from matrix.records import read_record
 from matrix.releases import VLLM_VERSION
+from matrix.report.visible import visible
 
 # The matrix as published, in the kit's own tree: a fresh clone answers without running anything.
 PUBLISHED = "docs/matrix/compat.json"
@@ -214,10 +215,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"read {len(inputs.files)} file(s), {inputs.testcases_read} test case(s); "
         f"unattributed {len(inputs.unattributed)}, unreadable {len(inputs.unreadable)}"
     )
-    print(f"wrote {out}/COMPATIBILITY.md, {out}/index.html, {out}/compat.json")
+    print(visible(f"wrote {out}/COMPATIBILITY.md, {out}/index.html, {out}/compat.json"))
     bad = report.bad_cells
     if bad:
-        names = ", ".join(f"{c.cell.id} ({c.status.value}, vLLM {c.vllm})" for c in bad[:10])
+        names = ", ".join(f"{c.cell.id} ({c.status.value}, vLLM {visible(c.vllm)})" for c in bad[:10])
         print(f"error: {len(bad)} cell(s) regressed, crashed or misrouted: {names}", file=sys.stderr)
         return 1
     return 0
@@ -254,7 +255,7 @@ def cmd_import_run(args: argparse.Namespace) -> int:
     imported = import_run(Path(args.folder), Path(args.results))
     for group, out in imported.directories.items():
         cells = select(imported.run.cells)
-        print(f"{group}: {out}/")
+        print(f"{visible(group)}: {visible(out)}/")
         print(render([summarize(out / f"{cell.id}.xml") for cell in cells]))
     with tempfile.TemporaryDirectory(prefix="wslpin-probes-") as probes:
         # The report reads every *.json of its probe directory as a probe record: give it only this one.

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from matrix.errors import MatrixError
+from matrix.report.visible import visible
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 # A module of the kit itself that fails to import is a bug: it keeps its traceback.
@@ -33,7 +34,8 @@ def run_command_line(build_parser: Callable[[], argparse.ArgumentParser], argv: 
         args = build_parser().parse_args(argv)
         return args.func(args)
     except MatrixError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # The message may quote an input: on one line, so none of it can be a runner's command.
+        print(f"error: {visible(exc)}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.partition(".")[0] in KIT_PACKAGES:

@@ -17,6 +17,7 @@ from matrix.errors import MatrixError
 from matrix.expectations import load_rules
 from matrix.report.reading import Inputs, read_file
 from matrix.report.status import CellReport, Status, build_cells, shown
+from matrix.report.visible import visible
 from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY
 
 # Which column of the table each case status counts in; "fail" is what --strict fails on.
@@ -75,7 +76,8 @@ def _summary(report: CellReport) -> CellSummary:
 
 def _pair(summary: CellSummary, key: str) -> str:
     values = [summary.observed.get((key, pin), "-") for pin in GATE_PIN_VALUES]
-    values = [shown(v) for v in values]
+    # Read from the file, as are the releases and test names below: each on one line, nothing hidden.
+    values = [visible(shown(v)) for v in values]
     return values[0] if values[0] == values[1] else f"{values[0]} / {values[1]}"
 
 
@@ -106,10 +108,10 @@ def render(summaries: list[CellSummary]) -> str:
     versions = sorted({s.vllm for s in summaries})
     lines.append("")
     lines.append(
-        f"vLLM {', '.join(versions)}; values are {PIN_MEMORY.name} unset / =1 "
+        f"vLLM {', '.join(map(visible, versions))}; values are {PIN_MEMORY.name} unset / =1 "
         "(one value when both agree); known = expected failure with its issue."
     )
     for s in summaries:
         for name in s.failures:
-            lines.append(f"FAILED {s.cell}: {name}")
+            lines.append(f"FAILED {s.cell}: {visible(name)}")
     return "\n".join(lines)

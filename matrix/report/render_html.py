@@ -17,20 +17,32 @@ from markupsafe import Markup, escape
 
 from matrix.report.model import Report
 from matrix.report.view import Phrase, Style, build_view, spell
+from matrix.report.visible import visible_lines
 from matrix.variables import PIN_MEMORY
+
+
+def _shown(value: object) -> object:
+    """What the template prints: a value from the inputs unless this module marked it up, so nothing hidden."""
+    return value if isinstance(value, Markup) else visible_lines(value)
+
+
+def _text(value: str) -> Markup:
+    return escape(visible_lines(value))
+
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
     autoescape=True,
+    finalize=_shown,
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
 _MARKS = {
-    Style.TEXT: escape,
-    Style.CODE: lambda text: f"<code>{escape(text)}</code>",
-    Style.STRONG: lambda text: f"<b>{escape(text)}</b>",
+    Style.TEXT: _text,
+    Style.CODE: lambda text: f"<code>{_text(text)}</code>",
+    Style.STRONG: lambda text: f"<b>{_text(text)}</b>",
 }
 
 

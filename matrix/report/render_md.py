@@ -17,6 +17,7 @@ from itertools import chain
 
 from matrix.report.model import Report
 from matrix.report.view import ReleaseView, ReportView, Section, Style, build_view, spell
+from matrix.report.visible import visible
 from matrix.variables import PIN_MEMORY
 
 STEP_SUMMARY_LIMIT = 1 << 20
@@ -25,8 +26,8 @@ _SPECIAL["&"] = "&amp;"
 
 
 def md(text: object) -> str:
-    """Text from an input, safe inside a Markdown table cell: no markup, no HTML, one line."""
-    flat = re.sub(r"\s+", " ", str(text)).strip()
+    """Text from an input, safe inside a Markdown table cell: no markup, no HTML, one line, nothing hidden."""
+    flat = visible(re.sub(r"\s+", " ", str(text)).strip())
     return "".join(_SPECIAL.get(ch, ch) for ch in flat)
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from matrix.report.model import COLUMNS, ROWS, Report
 from matrix.report.view import COLUMN_NAMES, LOOKS, STACK_NAMES
+from matrix.report.visible import visible
 
 
 def render(report: Report, colour: bool) -> str:
     width = max(max(len(look.word) for look in LOOKS.values()), *(len(COLUMN_NAMES[c]) for c in COLUMNS))
     lines = []
     for vllm in report.versions:
-        lines.append(f"vLLM {vllm}")
+        lines.append(f"vLLM {visible(vllm)}")
         lines.append(" " * 18 + "".join(COLUMN_NAMES[c].ljust(width + 2) for c in COLUMNS))
         for stack, host in ROWS:
             row = f"{STACK_NAMES[stack]} {host.value}".ljust(18)

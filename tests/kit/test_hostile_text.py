@@ -1,0 +1,78 @@
+"""Text from the inputs never starts a line of the CLI's output, where a GitHub runner would execute it
+as a workflow command, and bidi or zero-width characters show as escapes in every output.
+
+The inputs are JUnit files as a runner could write them: a release, a cell property, a test name
+and an observed value that hold line breaks, workflow commands and invisible characters."""
+
+from pathlib import Path
+
+from conftest import run_module
+
+CELL = "cuda-linux-v1-graph"
+# As XML character references: a raw line break in an attribute would be read as a space.
+HOSTILE = "x&#10;::error::pwned&#13;::add-mask::x&#10;  ::stop-commands::tok&#x202E;gpj.exe&#x200B;"
+COMMANDS = ("::error::pwned", "::add-mask::x", "::stop-commands::tok")
+UNSEEN = {"\u202e": "\\u202e", "\u200b": "\\u200b"}
+
+
+def hostile_results(folder: Path) -> Path:
+    """One cell's result file: its release, GPU, a gate value and a failing test's name are hostile."""
+    folder.mkdir()
+    props = {
+        "cell_id": CELL,
+        "vllm_version": f"0.33.0{HOSTILE}",
+        "execution": "gate-only",
+        "started_at": "2026-11-29T12:00:00+00:00",
+        "gpu": f"GPU{HOSTILE}",
+    }
+    envelope = "".join(f'<property name="{k}" value="{v}"/>' for k, v in props.items())
+    observed = (
+        '<properties><property name="gate_key" value="pin"/><property name="pin_env" value="unset"/>'
+        f'<property name="observed" value="{HOSTILE}"/></properties>'
+    )
+    cases = (
+        f'<testcase classname="t" name="test_{HOSTILE}"><failure message="m{HOSTILE}"/></testcase>'
+        f'<testcase classname="tests.cell.test_gate" name="test_gate_pin">{observed}</testcase>'
+    )
+    (folder / f"{CELL}.xml").write_text(
+        f'<testsuites><testsuite name="{CELL}"><properties>{envelope}</properties>{cases}</testsuite></testsuites>'
+    )
+    return folder
+
+
+def assert_nothing_runs_or_hides(text: str) -> None:
+    commands = [line for line in text.splitlines() if line.lstrip().startswith("::")]
+    assert commands == []
+    assert [ch for ch in UNSEEN if ch in text] == []
+
+
+def test_the_report_prints_no_workflow_command_and_shows_hidden_characters(tmp_path):
+    out = tmp_path / "out"
+    done = run_module("matrix", "report", str(hostile_results(tmp_path / "in")), "--out", str(out))
+    assert done.returncode == 1, done.stderr  # the failing test is a regression
+    for printed in (done.stdout, done.stderr):
+        assert_nothing_runs_or_hides(printed)
+        assert all(command in printed for command in COMMANDS), printed  # shown, as text
+        assert all(escape in printed for escape in UNSEEN.values())
+    # Markdown writes the escape's backslash as an entity, so that it is not taken for markup.
+    for page, backslash in (("COMPATIBILITY.md", "&#92;"), ("index.html", "\\")):
+        text = (out / page).read_text()
+        assert [ch for ch in UNSEEN if ch in text] == [], page
+        assert all(escape.replace("\\", backslash) in text for escape in UNSEEN.values()), page
+    assert_nothing_runs_or_hides((out / "COMPATIBILITY.md").read_text())
+
+
+def test_the_summary_prints_no_workflow_command(tmp_path):
+    done = run_module("matrix", "summary", "--cell", CELL, "--results", str(hostile_results(tmp_path / "in")))
+    assert done.returncode == 0, done.stderr
+    assert_nothing_runs_or_hides(done.stdout + done.stderr)
+    assert "FAILED" in done.stdout and all(command in done.stdout for command in COMMANDS)
+
+
+def test_an_error_quoting_an_input_is_one_line(tmp_path):
+    results = tmp_path / "r\n::error::pwned\u202e"
+    results.mkdir()
+    done = run_module("matrix", "summary", "--cell", CELL, "--results", str(results))
+    assert done.returncode == 2
+    assert_nothing_runs_or_hides(done.stderr)
+    assert done.stderr.startswith("error: no result for") and done.stderr.count("\n") == 1
