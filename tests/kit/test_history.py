@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -226,6 +227,22 @@ def test_the_published_matrix_has_every_release_and_cell_with_its_evidence(publi
         assert len(version["cells"]) == 24
         for c in version["cells"]:
             assert c["status"] != "missing" and c["evidence"], (version["vllm"], c["id"])
+
+
+def test_the_published_matrix_was_made_by_a_committed_kit_on_this_branch(published):
+    commit = published["kit_commit"]
+    assert not commit.endswith("+dirty"), f"docs/matrix was made from uncommitted changes ({commit}): publish again"
+    found = subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=ROOT, capture_output=True)
+    if found.returncode == 128:
+        pytest.skip(f"kit commit {commit} is not in this checkout's history (a shallow clone or no git)")
+    assert found.returncode == 0, f"docs/matrix was made at {commit}, which is not an ancestor of HEAD"
+
+
+def test_every_published_cell_answers_the_three_questions(published):
+    for version in published["versions"]:
+        for c in version["cells"]:
+            assert set(c["verdicts"]) == {"engine_start", "offload_with_graphs", "pinned_memory"}, c["id"]
+            assert all(v["verdict"] != "unknown" for v in c["verdicts"].values()), (version["vllm"], c["id"])
 
 
 def test_facts_no_one_disputes(published):
