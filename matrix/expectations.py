@@ -114,6 +114,14 @@ def load_rules(path: Path = EXPECTATIONS_FILE) -> list[Rule]:
     return [_rule_from_table(i, t) for i, t in enumerate(data.get("rule", []))]
 
 
+def release_version(text: str) -> Version | None:
+    """The release an input names, or None where packaging cannot order it."""
+    try:
+        return Version(text)
+    except ValueError:  # InvalidVersion, or a number too long for int(): Python refuses over 4300 digits
+        return None
+
+
 def expected_values(rules: list[Rule], cell: Cell, vllm_version: str, pin_env: str) -> dict[str, Expected]:
     version = Version(vllm_version)
     resolved: dict[str, Expected] = {}

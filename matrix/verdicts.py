@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from matrix.cells import Cell, Host, Mode, Runner
 from matrix.errors import MatrixError
-from matrix.expectations import GATE_KEYS, REPRO_KEYS
+from matrix.expectations import GATE_KEYS, REPRO_KEYS, release_version
 from matrix.questions import Level, Question, Verdict
 from matrix.variables import GATE_PIN_VALUES, OPT_IN, UNSET
 
@@ -227,18 +227,11 @@ def _verdict(
     return Answer(question, verdict[best.outcome], level, unset, opt_in, helps)
 
 
-def _version(vllm: str) -> Version | None:
-    try:
-        return Version(vllm)
-    except InvalidVersion:
-        return None
-
-
 def release_verdicts(
     rules: tuple[OutcomeRule, ...], vllm: str, cells: Mapping[Cell, Observations]
 ) -> dict[Cell, CellVerdicts]:
     """Every cell's verdicts under one release; an old WSL2 kernel's answers lean on the new kernel's cell."""
-    version = _version(vllm)
+    version = release_version(vllm)
     verdicts: dict[Cell, CellVerdicts] = {}
     # The new-kernel cells first: an old kernel's cell needs their answers.
     for cell in sorted(cells, key=lambda c: c.host is Host.WSL2OLD):

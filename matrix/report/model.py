@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from packaging.version import Version
+
 from matrix.cells import Host, Mode, Runner, Stack
 from matrix.errors import MatrixError
-from matrix.expectations import Rule, load_rules
+from matrix.expectations import Rule, load_rules, release_version
 from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
 from matrix.report.reading import Inputs, read_inputs
@@ -255,6 +257,7 @@ def release_changes(versions: dict[str, list[CellReport]], rules: list[Rule]) ->
     changes = []
     for index in range(1, len(ordered)):
         before, after = ordered[index - 1], ordered[index]
+        before_version, after_version = release_version(before), release_version(after)
         for old, new in zip(versions[before], versions[after], strict=True):
             was = f"{old.status.value}: {old.summary}" if old.summary else old.status.value
             now = f"{new.status.value}: {new.summary}" if new.summary else new.status.value
@@ -264,11 +267,16 @@ def release_changes(versions: dict[str, list[CellReport]], rules: list[Rule]) ->
                 f"{r.id}: {r.note}" + (f" ({r.issue})" if r.issue else "")
                 for r in rules
                 if any(fnmatch.fnmatchcase(new.cell.id, pattern) for pattern in r.cells)
-                and r.vllm.contains(after, prereleases=True)
-                and not r.vllm.contains(before, prereleases=True)
+                and _in_range(r, after_version)
+                and not _in_range(r, before_version)
             )
             changes.append(ReleaseChange(new.cell.id, after, was, now, why))
     return changes
+
+
+def _in_range(rule: Rule, version: Version | None) -> bool:
+    # A release packaging cannot order is in no rule's range.
+    return version is not None and rule.vllm.contains(version, prereleases=True)
 
 
 def observations(cell: CellReport) -> Observations:

@@ -95,6 +95,11 @@ def expand(inputs: list[str]) -> list[str]:
     for item in inputs:
         if os.path.isdir(item):
             hits = sorted(str(p) for p in Path(item).rglob("*.xml"))
+            if not hits:
+                # Nothing to read would be a report of 24 missing cells under "vLLM unknown", exit 0.
+                raise InputError(
+                    f"{item!r} is a directory without a JUnit file (*.xml): give the one the sessions wrote (results/)"
+                )
         elif os.path.exists(item):
             hits = [item]
         else:
@@ -116,7 +121,7 @@ def parse(path: str | Path) -> Element:
         raise UnreadableError(f"refused: {type(exc).__name__} (DTDs and entities are not allowed)") from None
     except SafeET.ParseError as exc:
         raise UnreadableError(f"not well-formed XML: {exc}") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, LookupError) as exc:  # LookupError: an encoding Python does not know
         raise UnreadableError(f"cannot be read: {exc}") from None
     if root is None or root.tag not in ("testsuites", "testsuite"):
         found = "missing" if root is None else f"<{root.tag}>"
@@ -159,25 +164,57 @@ def read_file(path: str, into: Inputs) -> None:
     except UnreadableError as exc:
         into.unreadable.append(Problem(path, str(exc)))
         return
-    if root.tag == "testsuites" and root.find(".//testsuite") is None:
+    suites, stray = _suites(root)
+    if stray:
+        reason = f"{stray} testcase(s) outside any <testsuite>, so in no cell"
+        into.testcases_read += stray
+        into.unattributed.append(Problem(path, reason, stray))
+    elif not suites:
         into.unattributed.append(Problem(path, "no test suite in the file"))
-    _walk(path, root, {}, into)
+    for suite in suites:
+        _read_suite(path, suite, into)
 
 
-def _walk(path: str, elem: Element, inherited: dict[str, str], into: Inputs) -> None:
-    if elem.tag == "testsuite":
-        envelope = {**inherited, **properties(elem)}
-        _read_suite(path, elem, envelope, into)
-        inherited = envelope
-    for child in elem.findall("testsuite"):
-        _walk(path, child, inherited, into)
+@dataclass(frozen=True, slots=True)
+class _Suite:
+    """A ``<testsuite>`` and the cases it owns: those beneath it and no deeper suite, through any wrapper element."""
+
+    name: str
+    props: dict[str, str]  # its own properties over those of the suites around it
+    cases: list[Element]
+    nested: list[_Suite]
 
 
-def _read_suite(path: str, elem: Element, props: dict[str, str], into: Inputs) -> None:
-    children = elem.findall("testcase")
-    if not children and elem.findall("testsuite"):
-        return  # a container: its nested suites carry the cases
-    suite_name = elem.get("name", "")
+def _suites(root: Element) -> tuple[list[_Suite], int]:
+    """Every suite in document order (outer before inner), and how many testcases no suite owns.
+
+    A loop, not recursion: a hostile file nests thousands of elements deep.
+    """
+    suites: list[_Suite] = []
+    stray = 0
+    stack: list[tuple[Element, _Suite | None]] = [(root, None)]
+    while stack:
+        elem, owner = stack.pop()
+        if elem.tag == "testcase":
+            if owner is None:
+                stray += 1
+            else:
+                owner.cases.append(elem)
+        elif elem.tag == "testsuite":
+            inherited = owner.props if owner is not None else {}
+            suite = _Suite(elem.get("name", ""), {**inherited, **properties(elem)}, [], [])
+            if owner is not None:
+                owner.nested.append(suite)
+            suites.append(suite)
+            owner = suite
+        # Pushed in reverse so they come off the stack in document order: reruns keep their order.
+        stack.extend((child, owner) for child in reversed(elem))
+    # A suite holding only suites is a container: its nested suites carry the cases.
+    return [s for s in suites if s.cases or not s.nested], stray
+
+
+def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
+    children, props, suite_name = suite.cases, suite.props, suite.name
     into.testcases_read += len(children)
     if not props.get("cell_id"):
         reason = f"suite {suite_name!r} has no cell envelope (no cell_id property)"

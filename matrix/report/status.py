@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from matrix.cells import CELLS, Cell, Runner
 from matrix.envelope import Envelope
-from matrix.expectations import Expected, Rule, expected_values
+from matrix.expectations import Expected, Rule, expected_values, release_version
 from matrix.plan import Execution
 from matrix.report.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, Attempt, CellGroup, Inputs, ReadCase
 from matrix.variables import GATE_PIN_VALUES
@@ -158,12 +158,12 @@ Resolver = Callable[[str], Mapping[str, Expected]]
 def resolver(rules: list[Rule], cell: Cell, vllm: str) -> Resolver:
     """pin_env -> the cell's expected gate values under ``vllm``: resolved once per pin_env, not once per case."""
 
+    # A release packaging cannot order is in no rule's range.
+    ordered = release_version(vllm) is not None
+
     @cache
     def expected(pin_env: str) -> Mapping[str, Expected]:
-        try:
-            return expected_values(rules, cell, vllm, pin_env)
-        except InvalidVersion:
-            return {}
+        return expected_values(rules, cell, vllm, pin_env) if ordered else {}
 
     return expected
 
@@ -283,10 +283,8 @@ EVIDENCE_STRENGTH = {"native": 0, "emulated": 1, "gate-only": 2}
 
 
 def _version_key(version: str) -> tuple[int, Version]:
-    try:
-        return (1, Version(version))
-    except InvalidVersion:
-        return (0, Version("0"))
+    ordered = release_version(version)
+    return (0, Version("0")) if ordered is None else (1, ordered)
 
 
 def _cell_report(

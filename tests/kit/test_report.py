@@ -53,6 +53,14 @@ def by_id(report, vllm="0.33.0"):
     return {c.cell.id: c for c in report.versions[vllm]}
 
 
+def accounted(document: dict) -> int:
+    """The test cases compat.json accounts for: an attempt per case read, judged or superseded, and the unattributed."""
+    judged = [case for v in document["versions"] for c in v["cells"] for case in c["cases"]]
+    judged += [case for v in document["versions"] for c in v["cells"] for s in c["superseded"] for case in s["cases"]]
+    unattributed = sum(p["testcases"] for p in document["inputs"]["unattributed"])
+    return sum(len(case["attempts"]) for case in judged) + unattributed
+
+
 # --- reading -------------------------------------------------------------------------------
 
 
@@ -71,12 +79,16 @@ def test_each_bad_file_is_reported_by_name_with_its_reason(corpus_report):
         "entity_bomb.xml",
         "external_entity.xml",
         "invalid_utf8.xml",
+        "unknown_encoding.xml",
     }
     assert "DTD" in unreadable["entity_bomb.xml"] and "DTD" in unreadable["external_entity.xml"]
     assert "<html>" in unreadable["wrong_root.xml"]
+    assert "unknown encoding: klingon" in unreadable["unknown_encoding.xml"]
     unattributed = {Path(p.path).name: p for p in inputs.unattributed}
-    assert set(unattributed) == {"no_envelope.xml", "zero_suites.xml"}
+    assert set(unattributed) == {"no_envelope.xml", "zero_suites.xml", "testcase_outside_suite.xml"}
     assert unattributed["no_envelope.xml"].testcases == 2
+    stray = unattributed["testcase_outside_suite.xml"]
+    assert stray.testcases == 1 and "outside any <testsuite>" in stray.reason
     assert [Path(p.path).name for p in inputs.warnings] == ["unnamed_testcase.xml"]
 
 
@@ -91,6 +103,31 @@ def test_good_files_beside_bad_ones_still_count(corpus_report):
         "z": Status.KNOWN_FAIL,
     }  # xunit2 / Jenkins shapes
     assert cells["cuda-linux-v1-eager"].cases[0].name == "<unnamed testcase 1>"
+
+
+def test_shapes_that_once_lost_cases_or_the_report_are_each_counted(corpus_report):
+    cells = by_id(corpus_report)
+
+    def cases(cell):
+        return {c.name: c.status for c in cells[cell].cases}
+
+    assert cases("rocm-wsl2old-v1-graph") == {"spaced": Status.PASS}  # cell_id " rocm-wsl2old-v1-graph "
+    assert cases("rocm-wsl2old-v1-eager") == {"beside_stray": Status.PASS}  # the stray case is unattributed
+    assert cases("rocm-wsl2old-v2-graph") == {"wrapped": Status.PASS}  # wrapper elements around suite and case
+    assert cases("rocm-wsl2old-v2-eager") == {"deepest": Status.PASS}  # 3000 suites deep, the envelope inherited
+    assert accounted(render_json.to_document(corpus_report)) == corpus_report.inputs.testcases_read
+
+
+@pytest.mark.parametrize("vllm", ["1.2.3.4.5.6junk", "9" * 5000 + ".0"])  # not a version; past what int() takes
+def test_a_release_no_version_can_order_is_reported_beside_the_others(tmp_path, vllm):
+    gate = gate_case("pin unset", "pin", "unset", "True")
+    odd = write_suite(tmp_path / "odd.xml", "rocm-wsl2new-v1-eager", [gate, '<testcase name="t"/>'], vllm=vllm)
+    good = write_suite(tmp_path / "good.xml", "rocm-wsl2new-v1-eager", [gate], vllm="0.33.0")
+    report = report_of(odd, good)
+    assert list(report.versions) == ["0.33.0", vllm]  # ordered after every release packaging can order
+    odd_cases = by_id(report, vllm)["rocm-wsl2new-v1-eager"].cases
+    assert [(c.name, c.rule) for c in odd_cases] == [("pin unset", None), ("t", None)]  # in no rule's range
+    assert by_id(report)["rocm-wsl2new-v1-eager"].status is Status.KNOWN_FAIL  # 0.33.0 still judged by its rules
 
 
 def test_reruns_are_one_case_with_their_attempts_kept_as_flaky_evidence(corpus_report):
@@ -161,22 +198,92 @@ def test_no_case_is_lost_or_invented(tmp_path_factory, cases):
     if not by_cell:
         (tmp / "none.xml").write_text("<testsuites/>")
     document = render_json.to_document(report_of(tmp))
-    accounted = sum(len(case["attempts"]) for v in document["versions"] for c in v["cells"] for case in c["cases"])
-    accounted += sum(
-        len(case["attempts"])
-        for v in document["versions"]
-        for c in v["cells"]
-        for s in c["superseded"]
-        for case in s["cases"]
+    assert accounted(document) == len(cases) == document["inputs"]["testcases_read"]
+
+
+# A JUnit document as a tree: (its XML, how many <testcase> elements it holds).
+Tree = tuple[str, int]
+
+SUITE_CELLS = st.sampled_from(["cuda-linux-v1-graph", " rocm-wsl2new-v2-eager\t", "cuda-mars-v1-graph", "", None])
+TESTCASES = st.builds(
+    lambda name, result: (f'<testcase classname="p" name="{name}">{result}</testcase>', 1),
+    st.sampled_from(["a", "b", "a b", ""]),  # few names: duplicates are reruns
+    st.sampled_from(["", "<failure message='f'/>", "<error message='e'/>", "<skipped/>"]),
+)
+
+
+def element(tag: str, cell: str | None, children: list[Tree]) -> Tree:
+    body = envelope(cell) if cell is not None else ""
+    return f'<{tag} name="n">{body}{"".join(xml for xml, _ in children)}</{tag}>', sum(n for _, n in children)
+
+
+def nested(children: st.SearchStrategy[Tree]) -> st.SearchStrategy[Tree]:
+    kids = st.lists(children, max_size=4)
+    return st.one_of(
+        st.builds(element, st.just("testsuite"), SUITE_CELLS, kids),
+        st.builds(element, st.sampled_from(["results", "group", "system-out"]), st.none(), kids),
     )
-    accounted += sum(p["testcases"] for p in document["inputs"]["unattributed"])
-    assert accounted == len(cases) == document["inputs"]["testcases_read"]
 
 
-def test_an_input_that_names_nothing_is_one_clear_error(tmp_path):
-    done = run_module("matrix", "report", str(tmp_path / "nowhere" / "*.xml"), "--out", str(tmp_path / "out"))
-    assert done.returncode == 2
+DOCUMENTS = st.builds(
+    element,
+    st.sampled_from(["testsuites", "testsuite"]),
+    SUITE_CELLS,
+    st.lists(st.recursive(TESTCASES, nested, max_leaves=20), max_size=4),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(DOCUMENTS)
+def test_no_case_is_lost_or_invented_whatever_the_nesting(tmp_path_factory, document):
+    """Suites in suites, wrapper elements, cases outside any suite, envelopes anywhere: each case counted once."""
+    xml, cases = document
+    path = tmp_path_factory.mktemp("shape") / "junit.xml"
+    path.write_text(xml)
+    report = report_of(path)
+    assert not report.inputs.unreadable
+    assert accounted(render_json.to_document(report)) == cases == report.inputs.testcases_read
+
+
+def test_a_file_cut_anywhere_is_read_or_unreadable_never_a_traceback(tmp_path):
+    whole = (CORPUS / "xunit2_jenkins.xml").read_bytes().rstrip()
+    for end in range(len(whole)):  # every cut short of the root's end tag, the empty file included
+        (tmp_path / f"cut{end:04}.xml").write_bytes(whole[:end])
+    inputs = report_of(tmp_path).inputs
+    assert len({p.path for p in inputs.unreadable}) == len(whole) == len(inputs.files)
+    assert not inputs.unattributed and inputs.testcases_read == 0
+
+
+def test_bad_files_are_named_and_the_good_ones_reported_through_the_command(tmp_path):
+    bad = ["unknown_encoding.xml", "truncated.xml", "testcase_outside_suite.xml", "deep_nesting.xml"]
+    out = tmp_path / "out"
+    done = run_module("matrix", "report", *(str(CORPUS / n) for n in [*bad, "bom_crlf.xml"]), "--out", str(out))
+    assert done.returncode == 0, done.stderr  # nothing regressed: a bad input is listed, not a failure
+    assert "read 5 file(s), 4 test case(s); unattributed 1, unreadable 2" in done.stdout
+    document = json.loads((out / "compat.json").read_text())
+    reasons = {Path(p["path"]).name: p["reason"] for p in document["inputs"]["unreadable"]}
+    assert set(reasons) == {"unknown_encoding.xml", "truncated.xml"}
+    assert "unknown encoding" in reasons["unknown_encoding.xml"] and "not well-formed" in reasons["truncated.xml"]
+    (stray,) = document["inputs"]["unattributed"]
+    assert Path(stray["path"]).name == "testcase_outside_suite.xml" and stray["testcases"] == 1
+    (release,) = document["versions"]
+    found = {c["id"]: [case["name"] for case in c["cases"]] for c in release["cells"] if c["cases"]}
+    assert found == {
+        "cuda-linux-v1-graph": ["ok"],
+        "rocm-wsl2old-v1-eager": ["beside_stray"],
+        "rocm-wsl2old-v2-eager": ["deepest"],
+    }
+
+
+@pytest.mark.parametrize("where", ["nowhere/*.xml", "empty-directory"])
+def test_an_input_that_names_nothing_is_one_clear_error(tmp_path, where):
+    (tmp_path / "empty-directory").mkdir()
+    (tmp_path / "empty-directory" / "notes.txt").write_text("no JUnit here")
+    out = tmp_path / "out"
+    done = run_module("matrix", "report", str(tmp_path / where), "--out", str(out))
+    assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
+    assert str(tmp_path / where) in done.stderr and not out.exists()
 
 
 # --- the status model ----------------------------------------------------------------------
