@@ -6,16 +6,15 @@ import datetime as dt
 import enum
 import fnmatch
 import gc
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from matrix.cells import Host, Mode, Runner, Stack
-from matrix.errors import MatrixError
 from matrix.expectations import Rule, load_rules
 from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
+from matrix.report.json_input import PROBE, read_json_input
 from matrix.report.reading import Inputs, read_inputs
 from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
 from matrix.variables import UNSET
@@ -30,8 +29,6 @@ from matrix.verdicts import (
 )
 
 REPORT_SCHEMA = "wslpin-kit.compat/1"
-# What repro/probe.py's metrics_document writes (repro is not imported here: it needs torch).
-PROBE_SCHEMA = "wslpin-kit.probe/1"
 
 # The grid's order: rows stack x host, columns runner x mode.
 ROWS = [(stack, host) for stack in Stack for host in Host]
@@ -292,15 +289,10 @@ def judge_verdicts(
 
 def read_probe(path: Path) -> Probe:
     """The one reader of a probe record: its schema checked, a bad one refused in one line."""
-    try:
-        data = json.loads(path.read_text())
-        if data.get("schema") != PROBE_SCHEMA:
-            raise ValueError(f"schema {data.get('schema')!r}, expected {PROBE_SCHEMA}")
-        host = data["host"]
-        passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
-        return Probe(str(path), host["stack"], host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise MatrixError(f"{path} is not a probe record written by `python -m repro probe --out`: {exc}") from None
+    data = read_json_input(path, PROBE)
+    host = data["host"]
+    passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
+    return Probe(str(path), host["stack"], host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed)
 
 
 def load_probes(directory: str | None) -> list[Probe]:
