@@ -226,11 +226,12 @@ def detail_rows(report: Report, vllm: str) -> list[tuple[str, dict[str, Status]]
 
 
 def compare(previous: dict, versions: dict[str, list[CellReport]]) -> Diff:
-    before = {(v["vllm"], c["id"]): c["status"] for v in previous.get("versions", []) for c in v.get("cells", [])}
+    """What changed since ``previous`` (a compat.json that previous.schema.json accepts)."""
+    before = {(v["vllm"], c["id"]): c["status"] for v in previous["versions"] for c in v["cells"]}
     diff = Diff()
     for vllm, cells in versions.items():
         for cell in cells:
-            was = before.get((vllm, cell.cell.id))
+            was = before.pop((vllm, cell.cell.id), None)
             if was is None:
                 continue
             now = cell.status.value
@@ -243,6 +244,9 @@ def compare(previous: dict, versions: dict[str, list[CellReport]]) -> Diff:
                 diff.newly_fixed.append(change)
             if now == Status.MISSING.value and was != now:
                 diff.went_missing.append(change)
+    # A release no input mentions any more: every cell it had went missing with it.
+    missing = Status.MISSING.value
+    diff.went_missing += [Change(v, cell, was, missing) for (v, cell), was in before.items() if was != missing]
     return diff
 
 

@@ -119,3 +119,16 @@ def test_every_published_compat_json_is_a_good_previous(tmp_path):
     done = report(tmp_path, "--previous", str(ROOT / "docs" / "matrix" / "compat.json"))
     assert done.returncode == 0, done.stderr
     assert "Changes since the previous report" in (tmp_path / "out" / "COMPATIBILITY.md").read_text()
+
+
+def test_a_previous_whose_cells_are_all_gone_names_them(tmp_path):
+    """The previous report had a release no input mentions now: each of its cells that had a result went missing."""
+    previous = tmp_path / "previous"
+    was = write_suite(tmp_path / "was.xml", CELL, [gate_case("p", "pin", "unset", "False")], vllm="0.32.0")
+    assert run_module("matrix", "report", str(was), "--out", str(previous)).returncode == 0
+    done = report(tmp_path, "--previous", str(previous / "compat.json"))
+    assert done.returncode == 0, done.stderr
+    diff = json.loads((tmp_path / "out" / "compat.json").read_text())["diff"]
+    assert diff["went_missing"] == [{"vllm": "0.32.0", "cell": CELL, "was": "pass", "now": "missing"}]
+    text = (tmp_path / "out" / "COMPATIBILITY.md").read_text()
+    assert f"**Went missing**: <code>{CELL}</code> (vLLM 0.32.0, was pass)" in text
