@@ -170,8 +170,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from matrix.report import render_html, render_json, render_md, render_text
-    from matrix.report.model import build_report
     from matrix.report.json_input import NOX_REPORT, PREVIOUS, JsonKind, read_json_input
+    from matrix.report.model import build_report
     from matrix.report.reading import InputError
 
     def load(path: str | None, kind: JsonKind) -> dict | None:

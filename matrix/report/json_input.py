@@ -35,7 +35,10 @@ class JsonKind:
 
 
 PREVIOUS = JsonKind(
-    "--previous", "a compat.json", "previous.schema.json", "give the compat.json an earlier `python -m matrix report` wrote"
+    "--previous",
+    "a compat.json",
+    "previous.schema.json",
+    "give the compat.json an earlier `python -m matrix report` wrote",
 )
 NOX_REPORT = JsonKind(
     "--nox-report", "`nox --report` JSON", "nox-report.schema.json", "give the file `nox --report FILE` wrote"
@@ -54,26 +57,26 @@ BENCH = JsonKind(
 )
 
 
-class _Refused(Exception):
+class _RefusedError(Exception):
     """A number the parser hooks refuse; the reason is its message."""
 
 
 def _int(text: str) -> int:
     digits = len(text.lstrip("-"))
     if digits > MAX_DIGITS:
-        raise _Refused(f"a number of {digits} digits (at most {MAX_DIGITS})")
+        raise _RefusedError(f"a number of {digits} digits (at most {MAX_DIGITS})")
     return int(text)
 
 
 def _float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _Refused(f"a number too large for a float: {text[:20]}...")
+        raise _RefusedError(f"a number too large for a float: {text[:20]}...")
     return value
 
 
 def _constant(name: str) -> float:
-    raise _Refused(f"{name}, which JSON does not have")
+    raise _RefusedError(f"{name}, which JSON does not have")
 
 
 def _depth(document: Any) -> int:
@@ -98,7 +101,7 @@ def parse(data: bytes) -> Any:
         document = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except json.JSONDecodeError as exc:
         raise MatrixError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except _Refused as exc:
+    except _RefusedError as exc:
         raise MatrixError(str(exc)) from None
     except RecursionError:
         raise MatrixError(f"nested deeper than {MAX_DEPTH} levels") from None

@@ -16,7 +16,14 @@ CELL = "cuda-wsl2new-v2-graph"
 def report(tmp_path: Path, releases: dict[str, str]) -> tuple[str, list[dict]]:
     """COMPATIBILITY.md (checked to fit) and compat.json's releases, for one misrouted cell per release: reason."""
     files = [
-        write_suite(tmp_path / f"{i}.xml", CELL, ['<testcase name="t"/>'], vllm=vllm, execution="misrouted", execution_reason=why)
+        write_suite(
+            tmp_path / f"{i}.xml",
+            CELL,
+            ['<testcase name="t"/>'],
+            vllm=vllm,
+            execution="misrouted",
+            execution_reason=why,
+        )
         for i, (vllm, why) in enumerate(releases.items())
     ]
     out = tmp_path / "out"
