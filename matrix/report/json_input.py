@@ -96,7 +96,7 @@ def parse(data: bytes) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise MatrixError(f"not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start})") from None
+        raise MatrixError(f"not UTF-8: byte {data[exc.start]:#04x} at offset {exc.start}") from None
     try:
         document = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except json.JSONDecodeError as exc:

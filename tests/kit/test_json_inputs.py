@@ -68,7 +68,7 @@ SHAPES = [
     ("a field of another type", _wrong_type, "was expected"),
     ("nested 100,000 deep", lambda option: b"[" * 100_000 + b"]" * 100_000, "nested deeper than"),
     ("a 10,000-digit number", lambda option: b'{"n": ' + b"9" * 10_000 + b"}", f"10000 digits (at most {MAX_DIGITS})"),
-    ("invalid UTF-8", lambda option: b'{"schema": "\xff\xfe"}', "not UTF-8 (byte 0xff at offset 12)"),
+    ("invalid UTF-8", lambda option: b'{"schema": "\xff\xfe"}', "not UTF-8: byte 0xff at offset 12"),
     ("not JSON", lambda option: b"<testsuites/>", "not JSON: Expecting value at line 1 column 1"),
     ("a number JSON does not have", lambda option: b'{"n": NaN}', "NaN, which JSON does not have"),
 ]
