@@ -571,7 +571,12 @@ def lock(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff and mypy (config in pyproject.toml); the workflows through zizmor, actionlint and GitHub's schema."""
     session.install("ruff==0.17.6", "zizmor==1.32.0", "check-jsonschema==0.39.0")
-    session.install("mypy==2.4.1", "types-defusedxml==0.7.0.20260504", "types-docker==7.2.0.20261006")
+    session.install(
+        "mypy==2.4.1",
+        "types-defusedxml==0.7.0.20260504",
+        "types-docker==7.2.0.20261006",
+        "types-jsonschema==4.26.0.20261006",
+    )
     # The kit's own dependencies, so mypy checks the calls into them (torch and vLLM excepted: see pyproject).
     session.install("-e", ".[bench,cell,container,report,repro]")
     session.run("ruff", "check", ".")

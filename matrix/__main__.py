@@ -170,23 +170,19 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from matrix.report import render_html, render_json, render_md, render_text
+    from matrix.report.json_input import NOX_REPORT, PREVIOUS, JsonKind, read_json_input
     from matrix.report.model import build_report
     from matrix.report.reading import InputError
 
-    def load(path: str | None, what: str) -> dict | None:
-        if path is None:
-            return None
-        try:
-            return json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise MatrixError(f"{what} {path!r} cannot be read as JSON: {exc}") from None
+    def load(path: str | None, kind: JsonKind) -> dict | None:
+        return None if path is None else read_json_input(Path(path), kind)
 
     try:
         report = build_report(
             args.inputs,
             kit_commit=facts.kit_commit(),
-            previous=load(args.previous, "--previous"),
-            nox_report=load(args.nox_report, "--nox-report"),
+            previous=load(args.previous, PREVIOUS),
+            nox_report=load(args.nox_report, NOX_REPORT),
             max_age_days=args.max_age_days,
             probes=args.probes,
             benches=args.bench,

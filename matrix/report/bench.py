@@ -7,11 +7,10 @@ without importing the benchmark's dependencies.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from matrix.errors import MatrixError
+from matrix.report.json_input import BENCH, read_json_input
 
 BENCH_SCHEMA = "wslpin-kit.bench/1"
 # vLLM's CPU backend (`nox -s cpu_engine`): the benchmark's plumbing tested against a real engine. It
@@ -38,26 +37,22 @@ class BenchSummary:
 
 
 def read_summary(path: Path) -> BenchSummary:
-    try:
-        doc = json.loads(path.read_text())
-        if doc.get("schema") != BENCH_SCHEMA:
-            raise ValueError(f"schema {doc.get('schema')!r}, expected {BENCH_SCHEMA}")
-        headline = doc.get("headline") or {}
-        verdict = headline.get("verdict") or "no comparison"
-        if doc["outcome"] != "ok":
-            verdict = f"stopped: {doc['failure'].splitlines()[0]}" + (f"; so far {verdict}" if headline else "")
-        return BenchSummary(
-            str(path),
-            doc["cell"],
-            doc["started_at"],
-            doc["server"],
-            doc["vllm_version"],
-            doc["outcome"],
-            headline.get("concurrency"),
-            verdict,
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-        raise MatrixError(f"{path} is not a benchmark record written by `python -m repro bench`: {exc}") from None
+    """The one reader of a benchmark record: its schema checked, a bad one refused in one line."""
+    doc = read_json_input(path, BENCH)
+    headline = doc.get("headline") or {}
+    verdict = headline.get("verdict") or "no comparison"
+    if doc["outcome"] != "ok":
+        verdict = f"stopped: {doc['failure'].splitlines()[0]}" + (f"; so far {verdict}" if headline else "")
+    return BenchSummary(
+        str(path),
+        doc["cell"],
+        doc["started_at"],
+        doc["server"],
+        doc["vllm_version"],
+        doc["outcome"],
+        headline.get("concurrency"),
+        verdict,
+    )
 
 
 def latest_per_cell(directory: str | None) -> dict[str, BenchSummary]:

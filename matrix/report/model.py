@@ -6,7 +6,6 @@ import datetime as dt
 import enum
 import fnmatch
 import gc
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -14,10 +13,10 @@ from pathlib import Path
 from packaging.version import Version
 
 from matrix.cells import Host, Mode, Runner, Stack
-from matrix.errors import MatrixError
 from matrix.expectations import Rule, load_rules, release_version
 from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
+from matrix.report.json_input import PROBE, read_json_input
 from matrix.report.reading import Inputs, read_inputs
 from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
 from matrix.variables import UNSET
@@ -32,8 +31,6 @@ from matrix.verdicts import (
 )
 
 REPORT_SCHEMA = "wslpin-kit.compat/1"
-# What repro/probe.py's metrics_document writes (repro is not imported here: it needs torch).
-PROBE_SCHEMA = "wslpin-kit.probe/1"
 
 # The grid's order: rows stack x host, columns runner x mode.
 ROWS = [(stack, host) for stack in Stack for host in Host]
@@ -231,11 +228,12 @@ def detail_rows(report: Report, vllm: str) -> list[tuple[str, dict[str, Status]]
 
 
 def compare(previous: dict, versions: dict[str, list[CellReport]]) -> Diff:
-    before = {(v["vllm"], c["id"]): c["status"] for v in previous.get("versions", []) for c in v.get("cells", [])}
+    """What changed since ``previous`` (a compat.json that previous.schema.json accepts)."""
+    before = {(v["vllm"], c["id"]): c["status"] for v in previous["versions"] for c in v["cells"]}
     diff = Diff()
     for vllm, cells in versions.items():
         for cell in cells:
-            was = before.get((vllm, cell.cell.id))
+            was = before.pop((vllm, cell.cell.id), None)
             if was is None:
                 continue
             now = cell.status.value
@@ -248,6 +246,9 @@ def compare(previous: dict, versions: dict[str, list[CellReport]]) -> Diff:
                 diff.newly_fixed.append(change)
             if now == Status.MISSING.value and was != now:
                 diff.went_missing.append(change)
+    # A release no input mentions any more: every cell it had went missing with it.
+    missing = Status.MISSING.value
+    diff.went_missing += [Change(v, cell, was, missing) for (v, cell), was in before.items() if was != missing]
     return diff
 
 
@@ -300,15 +301,10 @@ def judge_verdicts(
 
 def read_probe(path: Path) -> Probe:
     """The one reader of a probe record: its schema checked, a bad one refused in one line."""
-    try:
-        data = json.loads(path.read_text())
-        if data.get("schema") != PROBE_SCHEMA:
-            raise ValueError(f"schema {data.get('schema')!r}, expected {PROBE_SCHEMA}")
-        host = data["host"]
-        passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
-        return Probe(str(path), host["stack"], host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise MatrixError(f"{path} is not a probe record written by `python -m repro probe --out`: {exc}") from None
+    data = read_json_input(path, PROBE)
+    host = data["host"]
+    passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
+    return Probe(str(path), host["stack"], host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed)
 
 
 def load_probes(directory: str | None) -> list[Probe]:

@@ -1,11 +1,13 @@
 """COMPATIBILITY.md: the view model (view.py) as Markdown: grids, sections, footnotes, then test x cell detail.
 
-It must fit a GitHub step summary (1 MiB), however many contradictions or
-problems a report has, and is produced as a stream of lines against that byte
-budget: the header, the grids, the legend and the footnotes are never cut;
-every other list is cut where the budget ends, is not even put into words past
-it, and one note at the end names what was left out. Every string from the
-inputs is escaped.
+It must fit a GitHub step summary (1 MiB), however many releases, contradictions
+or problems a report has and however long its inputs' strings, and is produced
+as a stream of lines against that byte budget: the header, the newest release's
+grid, the legend and the footnotes are never cut, and an input's text in a grid
+is clipped, so what is never cut has a size of its own whatever the inputs;
+every other list (the older releases' grids among them) is cut where the budget
+ends, is not even put into words past it, and one note at the end names what
+was left out. Every string from the inputs is escaped.
 """
 
 from __future__ import annotations
@@ -21,8 +23,15 @@ from matrix.report.visible import visible
 from matrix.variables import PIN_MEMORY
 
 STEP_SUMMARY_LIMIT = 1 << 20
+# Characters of an input's text (a release, a cell's summary or reason) in a line that is never cut;
+# index.html and compat.json hold it whole.
+NEVER_CUT_CHARS = 200
 _SPECIAL = {c: f"&#{ord(c)};" for c in "|`*_[]\\~#!<>"}
 _SPECIAL["&"] = "&amp;"
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= NEVER_CUT_CHARS else text[:NEVER_CUT_CHARS] + "…"
 
 
 def md(text: object) -> str:
@@ -53,7 +62,7 @@ def _grid(release: ReleaseView, footnotes: dict[str, int]) -> list[str]:
             text += f"<br>{cell.look.glyph} {cell.look.word}"
             detail = cell.summary or cell.reason
             if detail:
-                text += f" · {md(detail)}"
+                text += f" · {md(_clip(detail))}"
             for issue in cell.issues:
                 text += f"[^{footnotes.setdefault(issue, len(footnotes) + 1)}]"
             shown.append(text)
@@ -108,10 +117,12 @@ def _blocks(view: ReportView) -> tuple[list[_Block], Iterator[_Block]]:
     ]
     footnotes: dict[str, int] = {}
     releases = [_Block(None, head)]
-    for release in view.releases():
-        releases.append(_Block(None, [f"## vLLM {md(release.vllm)}", "", *_grid(release, footnotes), ""]))
+    for index, release in enumerate(view.releases()):
+        # The newest release's grid is the answer most readers came for: the older ones may be cut.
+        grid = "the grids of older releases" if index else None
+        releases.append(_Block(grid, [f"## vLLM {md(_clip(release.vllm))}", "", *_grid(release, footnotes), ""]))
         releases.append(_Block("the evidence tallies", [f"Evidence: {md(s)} ({n} cells)" for s, n in release.evidence]))
-        releases.append(_Block(None, [""]))
+        releases.append(_Block(grid, [""]))
         answers = [f"- {md(cell.answer)}" for row in release.rows for cell in row.cells]
         releases.append(
             _Block(
@@ -119,10 +130,10 @@ def _blocks(view: ReportView) -> tuple[list[_Block], Iterator[_Block]]:
                 ["<details><summary>Each set-up in one sentence</summary>", "", *answers, "", "</details>"],
             )
         )
-        releases.append(_Block(None, [""]))
+        releases.append(_Block(grid, [""]))
         if release.benches:
             releases.append(_Block("the benchmarks", [f"- `{cell}`: {md(s)}" for cell, s in release.benches]))
-            releases.append(_Block(None, [""]))
+            releases.append(_Block(grid, [""]))
     sections = list(view.sections())
     notes = [f"[^{n}]: {issue}" for issue, n in sorted(footnotes.items(), key=lambda kv: kv[1])]
     notes += [""] if notes else []
