@@ -16,6 +16,7 @@ from matrix.errors import MatrixError
 from matrix.expectations import Rule, load_rules
 from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
+from matrix.report.claims import Claims
 from matrix.report.reading import Inputs, read_inputs
 from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
 from matrix.variables import UNSET
@@ -210,7 +211,7 @@ class Report:
 
     @property
     def bad_cells(self) -> list[CellReport]:
-        return [c for c in self.all_cells if c.status.is_bad]
+        return [c for c in self.all_cells if c.is_bad]
 
 
 def row_name(cell_id: str, name: str) -> str:
@@ -314,11 +315,12 @@ def build_report(
     *,
     kit_commit: str,
     previous: dict | None = None,
-    nox_report: dict | None = None,
+    nox_reports: list[dict] | None = None,
     max_age_days: float | None = None,
     now: dt.datetime | None = None,
     probes: str | None = None,
     benches: str | None = None,
+    claims: Claims | None = None,
 ) -> Report:
     now = now or dt.datetime.now(dt.UTC)
     # Hundreds of thousands of small records and no reference cycles: the cyclic
@@ -326,8 +328,9 @@ def build_report(
     rules, verdict_rules = load_rules(), load_verdict_rules()
     gc.disable()
     try:
-        read = read_inputs(inputs)
-        versions = build_cells(read, rules, now, max_age_days, nox_records(nox_report or {}))
+        read = read_inputs(inputs, claims)
+        nox = nox_records(nox_reports or [])
+        versions = build_cells(read, rules, now, max_age_days, nox, runners=claims.runners if claims else None)
     finally:
         gc.enable()
     report = Report(
