@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
+import glob
 import json
 import shutil
 import sys
@@ -89,6 +90,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(pipeline.github_matrix(cells))
         return 0
     cells, require_native = select(_cells_arg(args)), args.require == "native"
+    if args.misrouted_out and not require_native:
+        raise MatrixError("--misrouted-out writes the cells --require native refuses: give both")
     if args.env:
         plan = Plan.from_record(cells, _env_record(Path(args.env)), require_native)
     else:
@@ -102,6 +105,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for p in plan.cells:
             print(f"{p.cell.id.ljust(width)}  {p.execution.value:<9}  {p.reason}")
     misrouted = [p for p in plan.cells if p.execution is Execution.MISROUTED]
+    if misrouted and args.misrouted_out:
+        from matrix.misrouted import write_misrouted
+
+        written = write_misrouted(misrouted, args.vllm, Path(args.misrouted_out))
+        print(f"wrote {len(written)} misrouted result(s) to {args.misrouted_out}/", file=sys.stderr)
     if misrouted:
         print(
             f"error: {len(misrouted)} cell(s) misrouted: this runner is not the host its labels claim; "
@@ -128,7 +136,8 @@ def _env_record(path: Path) -> dict:
 def cmd_split(args: argparse.Namespace) -> int:
     # junitparser is imported here, not at the top: `env` and `plan` must work on
     # a bare Python (a fresh runner, the workflow's plan job) with nothing installed.
-    from matrix.junit import RunInfo, write_cell_results
+    from matrix.envelope import RunInfo
+    from matrix.junit import write_cell_results
 
     record = _env_record(Path(args.env))
     plan = load_plan(Path(args.plan))
@@ -170,6 +179,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from matrix.report import render_html, render_json, render_md, render_text
+    from matrix.report.claims import load_claims
     from matrix.report.json_input import NOX_REPORT, PREVIOUS, JsonKind, read_json_input
     from matrix.report.model import build_report
     from matrix.report.reading import InputError
@@ -182,10 +192,11 @@ def cmd_report(args: argparse.Namespace) -> int:
             args.inputs,
             kit_commit=facts.kit_commit(),
             previous=load(args.previous, PREVIOUS),
-            nox_report=load(args.nox_report, NOX_REPORT),
+            nox_reports=[load(path, NOX_REPORT) or {} for path in _nox_reports(args.nox_report or [])],
             max_age_days=args.max_age_days,
             probes=args.probes,
             benches=args.bench,
+            claims=load_claims(args.runners, args.inputs) if args.runners else None,
         )
     except InputError as exc:
         raise MatrixError(str(exc)) from None
@@ -215,9 +226,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     bad = report.bad_cells
     if bad:
         names = ", ".join(f"{c.cell.id} ({c.status.value}, vLLM {visible(c.vllm)})" for c in bad[:10])
-        print(f"error: {len(bad)} cell(s) regressed, crashed or misrouted: {names}", file=sys.stderr)
-        return 1
-    return 0
+        print(f"error: {len(bad)} cell(s) regressed, crashed, misrouted or missing: {names}", file=sys.stderr)
+    suspect = inputs.suspect
+    if suspect:
+        names = ", ".join(f"{visible(s.path)} ({s.execution} {s.cell})" for s in suspect[:10])
+        print(f"error: {len(suspect)} result(s) claim a run their runner may not speak for: {names}", file=sys.stderr)
+    return 1 if bad or suspect else 0
+
+
+def _nox_reports(items: list[str]) -> list[str]:
+    """The files ``--nox-report`` names. A glob may match nothing: a runner that died before nox wrote none."""
+    found: list[str] = []
+    for item in items:
+        found += sorted(glob.glob(item)) if any(ch in item for ch in "*?[") else [item]
+    return found
 
 
 def cmd_page(args: argparse.Namespace) -> int:
@@ -262,6 +284,7 @@ def cmd_import_run(args: argparse.Namespace) -> int:
             out=args.report,
             previous=None,
             nox_report=None,
+            runners=None,
             max_age_days=None,
             bench=None,
             probes=probes,
@@ -301,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--nox-json", help="with --format github: `nox -l --json` output (a file, or - for stdin)")
     plan.add_argument("--env", help="plan for the machine this record (`python -m matrix env`) describes")
     plan.add_argument("--out", help="also write the plan here (plan.json) for pytest, split and the container runner")
+    plan.add_argument(
+        "--misrouted-out",
+        metavar="DIR",
+        help="with --require native: write a misrouted result for each refused cell here, for the report",
+    )
+    plan.add_argument("--vllm", default=VLLM_VERSION, help="with --misrouted-out: the release the run was for")
     plan.set_defaults(func=cmd_plan)
 
     pipe = sub.add_parser("pipeline", help="the cells as a CI pipeline for another system")
@@ -335,7 +364,19 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("inputs", nargs="+", help="JUnit files, directories or globs")
     report.add_argument("--out", required=True, help="directory for the three outputs")
     report.add_argument("--previous", help="the last published compat.json, for the diff")
-    report.add_argument("--nox-report", help="`nox --report` JSON: why cells without results crashed")
+    report.add_argument(
+        "--nox-report",
+        nargs="+",
+        action="extend",
+        metavar="FILE",
+        help="`nox --report` JSON files, or globs (one may match nothing): why cells without results crashed",
+    )
+    report.add_argument(
+        "--runners",
+        metavar="FILE",
+        help="the plan job's matrix (`plan --format github`): inputs are directories of artifacts by name; "
+        "each runner's artifact speaks only for its cells, and each of them needs its native result",
+    )
     report.add_argument("--max-age-days", type=float, help="results older than this are stale")
     report.add_argument("--bench", help="a directory of benchmark records (`python -m repro bench`) to show")
     report.add_argument("--probes", help="a directory of probe records (`python -m repro probe --out`) to cite")

@@ -2,8 +2,8 @@
 
 On the wire it is a suite's ``<properties>`` (names and spellings fixed by
 ``wslpin-kit.envelope/1``, read by every report since); in the kit it is an
-``Envelope``. ``matrix.junit`` writes it, ``matrix.report.reading`` reads it back,
-both through this module only.
+``Envelope``, made here from a run's facts. ``matrix.junit`` and ``matrix.misrouted`` write it,
+``matrix.report.reading`` reads it back, all through this module only.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from matrix.cells import Cell
 from matrix.errors import MatrixError
-from matrix.plan import Execution
+from matrix.layout import vllm_release
+from matrix.plan import CellPlan, Execution
 
 ENVELOPE_SCHEMA = "wslpin-kit.envelope/1"
 
@@ -121,6 +122,55 @@ class Envelope:
             props.update((name, getattr(self, name)) for name in _IMAGE)
         props.update(self.extra)
         return props
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Facts about the run shared by every cell in it."""
+
+    env: dict  # the record of ``python -m matrix env``
+    kit_commit: str
+    runner_name: str
+    started_at: str
+    # Set when the cell ran inside a container image (repro/container.py): which image, exactly.
+    image: str = ""
+    image_digest: str = ""
+    # Set for a run stopped before vLLM was installed (a misrouted runner): the release it was for.
+    release: str = ""
+
+
+def envelope(plan: CellPlan, run: RunInfo) -> Envelope:
+    """The envelope of one planned cell of a run."""
+    env = run.env
+    packages = env.get("packages", {})
+    torch = packages.get("torch") or {}
+    vllm = packages.get("vllm") or {}
+    devices = env.get("gpu", {}).get("devices") or [{}]
+    torch_build = f"cuda {torch['cuda']}" if torch.get("cuda") else f"hip {torch['hip']}" if torch.get("hip") else "cpu"
+    return Envelope(
+        plan.cell,
+        execution=plan.execution,
+        execution_reason=plan.reason,
+        vllm_version=run.release or vllm_release(env),
+        vllm_commit=vllm.get("commit") or "",
+        torch_version=torch.get("version") or "not installed",
+        torch_build=torch_build if torch else "",
+        # A GPU-less gate runs a CPU torch that can differ from the torch the vLLM release pins.
+        vllm_requires_torch=f"torch{vllm['requires_torch']}" if vllm.get("requires_torch") else "",
+        torch_mismatch=packages.get("torch_mismatch"),
+        kernel_release=env.get("kernel", {}).get("release", ""),
+        wsl=bool(env.get("wsl", {}).get("is_wsl", False)),
+        detected_host=env.get("host", {}).get("detected", ""),
+        gpu=devices[0].get("name", "") or "none",
+        gpu_driver=devices[0].get("driver", ""),
+        runner_name=run.runner_name,
+        kit_commit=run.kit_commit,
+        started_at=run.started_at,
+        env_hash=env.get("env_hash", ""),
+        env_schema=env.get("schema", ""),
+        image=run.image,
+        image_digest=run.image_digest if run.image else "",
+    )
 
 
 def _execution(text: str) -> Execution:

@@ -9,63 +9,15 @@ the envelope of provenance properties that the report reads.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from xml.etree.ElementTree import Element, tostring
 
 from junitparser import Error, JUnitXml, Properties, TestCase, TestSuite
 
-from matrix.envelope import Envelope
+from matrix.envelope import RunInfo, envelope
 from matrix.errors import MatrixError
-from matrix.layout import vllm_release
 from matrix.plan import CellPlan
 from matrix.report.reading import UnreadableError, parse, properties
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """Facts about the run shared by every cell in it."""
-
-    env: dict  # the record of ``python -m matrix env``
-    kit_commit: str
-    runner_name: str
-    started_at: str
-    # Set when the cell ran inside a container image (repro/container.py): which image, exactly.
-    image: str = ""
-    image_digest: str = ""
-
-
-def envelope(plan: CellPlan, run: RunInfo) -> Envelope:
-    env = run.env
-    packages = env.get("packages", {})
-    torch = packages.get("torch") or {}
-    vllm = packages.get("vllm") or {}
-    devices = env.get("gpu", {}).get("devices") or [{}]
-    torch_build = f"cuda {torch['cuda']}" if torch.get("cuda") else f"hip {torch['hip']}" if torch.get("hip") else "cpu"
-    return Envelope(
-        plan.cell,
-        execution=plan.execution,
-        execution_reason=plan.reason,
-        vllm_version=vllm_release(env),
-        vllm_commit=vllm.get("commit") or "",
-        torch_version=torch.get("version") or "not installed",
-        torch_build=torch_build if torch else "",
-        # A GPU-less gate runs a CPU torch that can differ from the torch the vLLM release pins.
-        vllm_requires_torch=f"torch{vllm['requires_torch']}" if vllm.get("requires_torch") else "",
-        torch_mismatch=packages.get("torch_mismatch"),
-        kernel_release=env.get("kernel", {}).get("release", ""),
-        wsl=bool(env.get("wsl", {}).get("is_wsl", False)),
-        detected_host=env.get("host", {}).get("detected", ""),
-        gpu=devices[0].get("name", "") or "none",
-        gpu_driver=devices[0].get("driver", ""),
-        runner_name=run.runner_name,
-        kit_commit=run.kit_commit,
-        started_at=run.started_at,
-        env_hash=env.get("env_hash", ""),
-        env_schema=env.get("schema", ""),
-        image=run.image,
-        image_digest=run.image_digest if run.image else "",
-    )
 
 
 def case_properties(case: TestCase) -> dict[str, str]:

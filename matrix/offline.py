@@ -157,8 +157,9 @@ class Imported:
 
 def import_run(folder: Path, results: Path) -> Imported:
     """Write each group of the run in ``folder`` into ``results/<vLLM>/<group>/`` (the split's files)."""
+    from matrix.envelope import RunInfo
     from matrix.host import facts
-    from matrix.junit import RunInfo, write_cell_results
+    from matrix.junit import write_cell_results
     from matrix.layout import run_dir
     from matrix.plan import load_plan
 

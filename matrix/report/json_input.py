@@ -56,6 +56,13 @@ BENCH = JsonKind(
     "give a directory whose bench.json files `python -m repro bench` wrote",
 )
 
+RUNNERS = JsonKind(
+    "--runners",
+    "a runner matrix",
+    "runners.schema.json",
+    "give the output of `python -m matrix plan --format github` (the plan job's matrix)",
+)
+
 
 class _RefusedError(Exception):
     """A number the parser hooks refuse; the reason is its message."""

@@ -16,6 +16,7 @@ from matrix.cells import Host, Mode, Runner, Stack
 from matrix.expectations import Rule, load_rules, release_version
 from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
+from matrix.report.claims import Claims
 from matrix.report.json_input import PROBE, read_json_input
 from matrix.report.reading import Inputs, read_inputs
 from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
@@ -209,7 +210,7 @@ class Report:
 
     @property
     def bad_cells(self) -> list[CellReport]:
-        return [c for c in self.all_cells if c.status.is_bad]
+        return [c for c in self.all_cells if c.is_bad]
 
 
 def row_name(cell_id: str, name: str) -> str:
@@ -318,11 +319,12 @@ def build_report(
     *,
     kit_commit: str,
     previous: dict | None = None,
-    nox_report: dict | None = None,
+    nox_reports: list[dict] | None = None,
     max_age_days: float | None = None,
     now: dt.datetime | None = None,
     probes: str | None = None,
     benches: str | None = None,
+    claims: Claims | None = None,
 ) -> Report:
     now = now or dt.datetime.now(dt.UTC)
     # Hundreds of thousands of small records and no reference cycles: the cyclic
@@ -330,8 +332,9 @@ def build_report(
     rules, verdict_rules = load_rules(), load_verdict_rules()
     gc.disable()
     try:
-        read = read_inputs(inputs)
-        versions = build_cells(read, rules, now, max_age_days, nox_records(nox_report or {}))
+        read = read_inputs(inputs, claims)
+        nox = nox_records(nox_reports or [])
+        versions = build_cells(read, rules, now, max_age_days, nox, runners=claims.runners if claims else None)
     finally:
         gc.enable()
     report = Report(

@@ -23,6 +23,7 @@ from defusedxml import DefusedXmlException
 
 from matrix.envelope import Envelope
 from matrix.errors import MatrixError
+from matrix.report.claims import Claims, Suspect
 
 MESSAGE_LIMIT = 2000
 
@@ -72,7 +73,10 @@ class Inputs:
     unattributed: list[Problem] = field(default_factory=list)
     unreadable: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
+    suspect: list[Suspect] = field(default_factory=list)
     testcases_read: int = 0
+    # Which runner may claim which cells (--runners); None: every file speaks for any cell.
+    claims: Claims | None = field(default=None, repr=False)
     # Each distinct set of case properties once: across hundreds of thousands of cases few sets differ.
     _shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = field(default_factory=dict, repr=False)
 
@@ -225,6 +229,10 @@ def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
     except MatrixError as exc:
         into.unattributed.append(Problem(path, f"suite {suite_name!r}: {exc}", len(children)))
         return
+    suspect = into.claims.suspect(path, envelope, len(children)) if into.claims is not None else None
+    if suspect is not None:
+        into.suspect.append(suspect)
+        return
     execution = envelope.execution.value if envelope.execution else ""
     key = (envelope.vllm_version or "unknown", envelope.cell.id, execution)
     group = into.groups.setdefault(key, CellGroup())
@@ -249,8 +257,8 @@ def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
             record.properties = into.share({**record.properties, **properties(child)})
 
 
-def read_inputs(inputs: list[str]) -> Inputs:
-    result = Inputs()
+def read_inputs(inputs: list[str], claims: Claims | None = None) -> Inputs:
+    result = Inputs(claims=claims)
     result.files = expand(inputs)
     for path in result.files:
         read_file(path, result)

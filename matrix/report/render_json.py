@@ -93,6 +93,7 @@ def to_document(report: Report, cells: bool = True) -> dict:
             "unattributed": [asdict(p) for p in inputs.unattributed],
             "unreadable": [asdict(p) for p in inputs.unreadable],
             "warnings": [asdict(p) for p in inputs.warnings],
+            "suspect": [asdict(s) for s in inputs.suspect],
         },
         "versions": [
             {

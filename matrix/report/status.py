@@ -79,6 +79,13 @@ class CellReport:
     # Weaker evidence for the same cell (e.g. the hosted gate prediction beside a
     # native run): judged and kept, but the cell's status rests on the strongest.
     superseded: dict[str, list[CaseRecord]] = field(default_factory=dict)
+    # With the runner assignment (--runners): the artifact of the runner that must run the cell natively.
+    runner: str = ""
+
+    @property
+    def is_bad(self) -> bool:
+        """Makes the report exit 1: a bad status, or a cell its runner left without a fresh result."""
+        return self.status.is_bad or (bool(self.runner) and self.status in (Status.MISSING, Status.STALE))
 
     @property
     def command(self) -> str:
@@ -230,20 +237,28 @@ def _cell_status(cases: list[CaseRecord]) -> Status:
     return Status.SKIPPED
 
 
+# nox session results that mean a cell's session died.
+CRASHES = ("failed", "aborted")
+
+
 @dataclass(frozen=True)
 class NoxRecord:
     result: str  # success | failed | aborted | skipped
     reason: str
 
 
-def nox_records(report: dict) -> dict[str, NoxRecord]:
-    """Cell id -> the nox session's outcome, from ``nox --report`` JSON."""
+def nox_records(reports: list[dict]) -> dict[str, NoxRecord]:
+    """Cell id -> the nox session's outcome, from ``nox --report`` JSON (one file per runner)."""
     by_session = {cell.session: cell.id for cell in CELLS}
-    records = {}
-    for session in report.get("sessions", []):
-        for signature in session.get("signatures", []):
-            if signature in by_session:
-                records[by_session[signature]] = NoxRecord(str(session.get("result")), str(session.get("reason") or ""))
+    records: dict[str, NoxRecord] = {}
+    for report in reports:
+        for session in report.get("sessions", []):
+            for signature in session.get("signatures", []):
+                cell = by_session.get(signature)
+                known = records.get(cell) if cell else None
+                # A failure is never hidden by another runner's success for the same session.
+                if cell and not (known and known.result in CRASHES):
+                    records[cell] = NoxRecord(str(session.get("result")), str(session.get("reason") or ""))
     return records
 
 
@@ -254,9 +269,16 @@ def build_cells(
     max_age_days: float | None = None,
     nox: dict[str, NoxRecord] | None = None,
     default_vllm: str = "unknown",
+    runners: Mapping[Cell, str] | None = None,
 ) -> dict[str, list[CellReport]]:
-    """vLLM version -> the 24 cells' reports, every case of every attributed suite accounted for."""
+    """vLLM version -> the 24 cells' reports, every case of every attributed suite accounted for.
+
+    ``runners`` (cell -> the artifact of its runner): a cell planned for a GPU runner rests on that
+    runner's native (or misrouted) result only; without one it is crashed or missing, never the
+    gate prediction, which is kept beside it as weaker evidence.
+    """
     nox = nox or {}
+    runners = runners or {}
     # The groups are handed over, not kept twice: each is released once judged.
     by_cell: dict[tuple[str, str], dict[str, CellGroup]] = {}
     for (version, cell_id, execution), group in inputs.groups.items():
@@ -269,17 +291,23 @@ def build_cells(
         for cell in CELLS:
             found = by_cell.pop((v, cell.id), {})
             ranked = sorted(found, key=lambda e: EVIDENCE_STRENGTH.get(e, len(EVIDENCE_STRENGTH)))
-            report = _cell_report(cell, v, found.pop(ranked[0]) if ranked else None, rules, now, max_age_days, nox)
-            for execution in ranked[1:]:
-                group = found[execution]
-                expected = resolver(rules, cell, v)
-                report.superseded[execution] = [judge_case(c, expected) for c in group.cases.values()]
+            runner = runners.get(cell, "")
+            rests_on = ranked[0] if ranked else None
+            if runner and rests_on not in (Execution.NATIVE, Execution.MISROUTED):
+                rests_on = None
+            chosen = found.pop(rests_on) if rests_on is not None else None
+            report = _cell_report(cell, v, chosen, rules, now, max_age_days, nox, runner)
+            for execution in ranked:
+                if execution != rests_on:
+                    expected = resolver(rules, cell, v)
+                    report.superseded[execution] = [judge_case(c, expected) for c in found[execution].cases.values()]
             reports[v].append(report)
     return reports
 
 
-# Which evidence a cell's status rests on when several kinds exist.
-EVIDENCE_STRENGTH = {"native": 0, "emulated": 1, "gate-only": 2}
+# Which evidence a cell's status rests on when several kinds exist. A runner that found itself
+# misrouted outranks a prediction: it was meant to run the cell, and the cell must show that it did not.
+EVIDENCE_STRENGTH = {"native": 0, "emulated": 1, "misrouted": 2, "gate-only": 3}
 
 
 def _version_key(version: str) -> tuple[int, Version]:
@@ -295,12 +323,15 @@ def _cell_report(
     now: dt.datetime,
     max_age_days: float | None,
     nox: dict[str, NoxRecord],
+    runner: str = "",
 ) -> CellReport:
     if group is None:
         record = nox.get(cell.id)
-        if record and record.result in ("failed", "aborted"):
-            return CellReport(cell, vllm, Status.CRASHED, f"nox session {record.result}: {record.reason}".strip())
-        return CellReport(cell, vllm, Status.MISSING, "no input mentions this cell")
+        if record and record.result in CRASHES:
+            reason = f"nox session {record.result}: {record.reason}".strip()
+            return CellReport(cell, vllm, Status.CRASHED, reason, runner=runner)
+        reason = f"no native result from its runner ({runner})" if runner else "no input mentions this cell"
+        return CellReport(cell, vllm, Status.MISSING, reason, runner=runner)
     newest = max(group.envelopes, key=lambda e: e.started_at)
     expected = resolver(rules, cell, vllm)
     cases = [judge_case(case, expected) for case in group.cases.values()]
@@ -311,6 +342,7 @@ def _cell_report(
         envelope=newest,
         cases=cases,
         age_days=_age_days(newest.started_at, now),
+        runner=runner,
     )
     if newest.execution is Execution.MISROUTED:
         report.status, report.reason = Status.MISROUTED, newest.execution_reason

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matrix.cells import AXES, CELLS, WSL2_PIN_KERNEL, Axis, Cell, Host, Mode, Runner, Stack
+from matrix.report.claims import Suspect
 from matrix.report.model import COLUMNS, ROWS, Contradiction, Diff, Evidence, EvidenceKind, Report, detail_rows
 from matrix.report.status import CellReport, Status
 from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
@@ -328,7 +329,7 @@ class Item:
 
 @dataclass(frozen=True)
 class Section:
-    key: str  # changes | contradictions | legend | diff | inputs, or verdicts (shown before the releases)
+    key: str  # changes | contradictions | legend | diff | inputs | suspect, or verdicts (shown before the releases)
     title: str
     level: int  # heading level
     items: Iterable[Item]  # produced while rendered: a report may contradict its rules 100k times
@@ -485,6 +486,9 @@ class ReportView:
         if problems:
             items = (Item((f"{kind}: ", _code(p.path), ": ", _text(p.reason))) for kind, p in problems)
             yield Section("inputs", "Inputs not counted in the grid", 2, items)
+        if inputs.suspect:
+            title = "Suspect results: runs claimed outside the runner's cells"
+            yield Section("suspect", title, 2, _suspect(inputs.suspect))
 
     def releases(self) -> Iterator[ReleaseView]:
         for vllm in self.release_names:
@@ -599,6 +603,20 @@ def _diff(diff: Diff) -> Iterator[Item]:
             listed += [", "] if i else []
             listed += [_code(c.cell), " (vLLM ", _text(c.vllm), ", was ", _text(c.was), ")"]
         yield Item((_strong(title), ": ", *(listed or ["none"])))
+
+
+def _suspect(suspects: Iterable[Suspect]) -> Iterator[Item]:
+    for s in suspects:
+        source: Phrase = ("it is in no runner's artifact",)
+        if s.artifact:
+            source = ("the artifact ", _code(s.artifact), " is not the runner the plan gave it")
+        yield Item(
+            (
+                *("suspect: ", _code(s.path), " claims a ", _strong(s.execution), " run of ", _code(s.cell)),
+                *(" (vLLM ", _text(s.vllm or "?"), ", ", str(s.testcases), " test cases), but ", *source),
+                ": shown here, never counted as evidence",
+            )
+        )
 
 
 def build_view(report: Report) -> ReportView:

@@ -63,7 +63,8 @@ def run_in_image(
     """
     # Here, not at the top: `python -m repro` builds this command's parser, and must start where
     # junitparser is missing (an offline GPU machine runs only the probe and the reproduction).
-    from matrix.junit import RunInfo, write_cell_results
+    from matrix.envelope import RunInfo
+    from matrix.junit import write_cell_results
 
     environ = dict(os.environ if environ is None else environ)
     cells = [cell_plan.cell for cell_plan in plan.cells]

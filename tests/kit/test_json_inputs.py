@@ -1,4 +1,4 @@
-"""The report's JSON inputs (--previous, --nox-report, --probes, --bench) through the real command: a bad one is
+"""The report's JSON inputs (--previous, --nox-report, --probes, --bench, --runners) through the real command: a bad one is
 one line naming the file and what was wrong, exit 2, and the last report's files stay as they were."""
 
 from __future__ import annotations
@@ -34,14 +34,23 @@ GOOD = {
         "outcome": "ok",
         "headline": {"concurrency": 4, "verdict": "faster"},
     },
+    # A runner given no cells: one given this file's cell would make its absent native result exit 1.
+    "--runners": {"include": [{"artifact": "junit-cuda-wsl2new", "cells": []}]},
 }
 # A field each kind must have, and a field whose type the report relies on: (path of keys, a value of another type).
-REQUIRED = {"--previous": "versions", "--nox-report": "sessions", "--probes": "host", "--bench": "cell"}
+REQUIRED = {
+    "--previous": "versions",
+    "--nox-report": "sessions",
+    "--probes": "host",
+    "--bench": "cell",
+    "--runners": "include",
+}
 WRONG_TYPE = {
     "--previous": (("versions", 0, "vllm"), 33),
     "--nox-report": (("sessions", 0, "signatures"), "cell(cuda, wsl2new, v2, graph)"),
     "--probes": (("sections", "pinned", "status"), 1),
     "--bench": (("headline", "concurrency"), "four"),
+    "--runners": (("include", 0, "cells"), "cuda-wsl2new-v2-graph"),
 }
 
 

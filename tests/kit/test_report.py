@@ -344,7 +344,7 @@ def test_missing_crashed_stale_and_misrouted(tmp_path):
             {"signatures": ["cell(rocm, linux, v2, eager)"], "result": "failed", "reason": "uv pip install failed"}
         ]
     }
-    cells = by_id(report_of(old, wrong, nox_report=nox_report, max_age_days=14))
+    cells = by_id(report_of(old, wrong, nox_reports=[nox_report], max_age_days=14))
     assert cells["cuda-linux-v1-graph"].status is Status.STALE
     assert cells["cuda-linux-v1-graph"].underlying is Status.PASS
     assert cells["cuda-wsl2old-v1-graph"].status is Status.MISROUTED
@@ -363,6 +363,15 @@ def test_a_native_run_outranks_the_gate_prediction_and_both_are_kept(tmp_path):
     assert cell.envelope.execution is Execution.NATIVE
     assert cell.status is Status.REGRESSION  # the real host did not pin with the opt-in set
     assert [c.status for c in cell.superseded["gate-only"]] == [Status.PASS]
+
+
+def test_a_misrouted_runner_outranks_the_gate_prediction(tmp_path):
+    gate = write_suite(tmp_path / "gate.xml", "cuda-wsl2new-v1-graph", [gate_case("p", "pin", "1", "True")])
+    misrouted = write_suite(
+        tmp_path / "misrouted.xml", "cuda-wsl2new-v1-graph", ['<testcase name="misrouted"/>'], execution="misrouted"
+    )
+    cell = by_id(report_of(gate, misrouted))["cuda-wsl2new-v1-graph"]
+    assert cell.status is Status.MISROUTED and list(cell.superseded) == ["gate-only"]
 
 
 def test_real_cell_results_pass(tmp_path):

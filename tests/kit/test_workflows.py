@@ -65,8 +65,8 @@ def test_the_plan_jobs_cover_the_noxfiles_cells_once(nox_listing):
     jobs = json.loads(plan.stdout)["include"]
     planned = [cell for job in jobs for cell in job["cells"]]
     assert sorted(planned) == sorted(c.id for c in CELLS) and len(planned) == len(set(planned))
-    names = [job["name"] for job in jobs]
-    assert len(names) == len(set(names)), "artifact names (junit-<name>) must be unique"
+    names = [job["artifact"] for job in jobs]
+    assert len(set(names) | {"junit-gate"}) == len(jobs) + 1, "artifact names must be unique, and not the gate's"
     for job in jobs:
         assert job["runs_on"][0] == "self-hosted" and len(job["runs_on"]) == 3
     # A Windows host serves both WSL2 kernels: their jobs share its group, and no group holds more
@@ -88,10 +88,12 @@ def test_cell_jobs_check_their_host_and_always_upload(matrix_workflow):
     cell = matrix_workflow["jobs"]["cell"]
     assert cell["strategy"]["fail-fast"] is False
     scripts = [step.get("run", "") for step in cell["steps"]]
-    assert any("--require native" in s for s in scripts), "a misrouted runner must fail before running cells"
+    assert any("--require native --misrouted-out results/" in s for s in scripts), (
+        "a misrouted runner must fail before running cells, and its artifact say so"
+    )
     assert any('-s "${sessions[@]}"' in s for s in scripts), "all sessions after one -s (nox keeps only the last -s)"
     upload = next(s for s in cell["steps"] if "upload-artifact" in s.get("uses", ""))
-    assert upload["if"] == "${{ !cancelled() }}" and upload["with"]["name"] == "junit-${{ matrix.name }}"
+    assert upload["if"] == "${{ !cancelled() }}" and upload["with"]["name"] == "${{ matrix.artifact }}"
 
 
 def test_the_report_runs_even_when_cells_failed(matrix_workflow):
@@ -110,5 +112,9 @@ def test_buildkite_pipeline_has_the_same_jobs_and_a_report_that_always_runs():
         f"cells-{j}"
         for j in ("cuda-linux", "cuda-wsl2old", "cuda-wsl2new", "rocm-linux", "rocm-wsl2old", "rocm-wsl2new")
     ]
-    assert all("--require native" in s["commands"][0] for s in cells)
+    assert all("--require native --misrouted-out results/" in s["commands"][0] for s in cells)
     assert {"wait": None, "continue_on_failure": True} in steps and steps[-1]["key"] == "report"
+    nox_files = [s["commands"][1].split()[2] for s in cells]
+    assert all(f in s["artifact_paths"] for f, s in zip(nox_files, cells, strict=True))
+    report = next(c for c in steps[-1]["commands"] if "matrix report" in c)
+    assert "--nox-report 'nox-*.json'" in report and "--max-age-days" in report

@@ -1,0 +1,188 @@
+"""A matrix workflow run, simulated: the plan job's script, runner artifacts, the report job's script.
+
+The plan and the report run as matrix.yml writes them (their ``run:`` scripts, in bash, with
+the variables the workflow sets), and a misrouted runner is this machine running the cell job's
+host check for a ROCm WSL2 host it is not. What cannot run here is a GPU runner's cells: their
+results are faked, written with the kit's own writer as a cell session's split writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from matrix.cells import CELLS, Cell
+from matrix.envelope import RunInfo
+from matrix.junit import write_cell_results
+from matrix.plan import CellPlan, Execution
+from matrix.releases import VLLM_VERSION
+
+WORKFLOW = yaml.safe_load((ROOT / ".github" / "workflows" / "matrix.yml").read_text())
+JOBS = WORKFLOW["jobs"]
+RUN = RunInfo(
+    env={"packages": {"vllm": {"version": VLLM_VERSION}}, "host": {"detected": "faked"}},
+    kit_commit="test",
+    runner_name="faked-runner",
+    started_at="2026-12-01T03:17:00+00:00",
+)
+
+
+def step(job: str, name: str) -> dict:
+    return next(s for s in JOBS[job]["steps"] if s.get("name", s.get("id", "")).startswith(name))
+
+
+def bash(script: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """A ``run:`` script as GitHub's runner runs it (``bash -e``), with this test's Python and nox first on PATH."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    environ = {**os.environ, "PATH": path, **env}
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory) -> str:
+    """The plan job's output, from its own script in the kit's checkout."""
+    github_output = tmp_path_factory.mktemp("plan") / "github-output"
+    try:
+        done = bash(step("plan", "plan")["run"], ROOT, CELLS="", GITHUB_OUTPUT=str(github_output))
+    finally:
+        (ROOT / "nox-sessions.json").unlink(missing_ok=True)  # the script's own file, in the checkout
+    assert done.returncode == 0, done.stderr
+    output = github_output.read_text()
+    assert output.startswith("matrix=")
+    return output.removeprefix("matrix=").strip()
+
+
+def upload(artifacts: Path, name: str, results: Path) -> None:
+    """What upload-artifact then download-artifact (no merge-multiple) do: results/ lands in artifacts/<name>/."""
+    shutil.copytree(results, artifacts / name)
+
+
+def fake_results(out: Path, cells: list[Cell], execution: Execution, crashed: tuple[Cell, ...] = ()) -> None:
+    """The files a cell session's split writes, for a run nobody could do here: every test passed, or none ran."""
+    out.mkdir(parents=True, exist_ok=True)
+    raw = out / "pytest.junit"  # not *.xml, and removed: only the split's files are uploaded
+    cases = "".join(
+        f'<testcase classname="tests.cell.test_probe" name="test_pin_{c.id}">'
+        f'<properties><property name="cell" value="{c.id}"/></properties></testcase>'
+        for c in cells
+    )
+    raw.write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+    ran = [CellPlan(c, execution, "faked for the test") for c in cells if c not in crashed]
+    write_cell_results(ran, raw, RUN, out)
+    write_cell_results([CellPlan(c, execution, "faked for the test") for c in crashed], None, RUN, out)
+    raw.unlink()
+
+
+def nox_report(path: Path, cells: list[Cell], failed: tuple[Cell, ...] = ()) -> None:
+    sessions = [
+        {"name": "cell", "signatures": [c.session], "result": "failed" if c in failed else "success", "reason": None}
+        for c in cells
+    ]
+    path.write_text(json.dumps({"result": 1 if failed else 0, "sessions": sessions}))
+
+
+def runner_artifacts(workspace: Path, jobs: list[dict], honest: bool) -> Path:
+    """artifacts/ as the report job downloads it: the gate job's predictions and each runner's results.
+
+    Dishonest: cuda-linux also claims a native run of a cuda-wsl2new cell, whose own runner uploads
+    nothing; one rocm-wsl2old cell crashed with a file saying so, another before writing any; the
+    rocm-wsl2new runner is this machine, which is not its host.
+    """
+    artifacts = workspace / "artifacts"
+    gate = workspace / "gate" / "results"
+    fake_results(gate / VLLM_VERSION / "gate", list(CELLS), Execution.GATE_ONLY)
+    upload(artifacts, "junit-gate", gate)
+    for job in jobs:
+        cells = [Cell.parse(c) for c in job["cells"]]
+        results = workspace / job["name"] / "results"
+        results.mkdir(parents=True)
+        if honest or job["name"] in ("cuda-linux", "cuda-wsl2old", "rocm-linux"):
+            fake_results(results / VLLM_VERSION / "cell", cells, Execution.NATIVE)
+            nox_report(results / f"nox-{job['name']}.json", cells)
+        elif job["name"] == "rocm-wsl2old":
+            fake_results(results / VLLM_VERSION / "cell", cells[:3], Execution.NATIVE, crashed=(cells[0],))
+            nox_report(results / f"nox-{job['name']}.json", cells, failed=(cells[0], cells[3]))
+        elif job["name"] == "rocm-wsl2new":
+            check = step("cell", "Is this runner the cells' host?")
+            done = bash(check["run"], results.parent, CELLS=job["pattern"], VLLM="", PYTHONPATH=str(ROOT))
+            assert done.returncode == 3, done.stderr  # the job fails, and its artifact says why
+        else:
+            continue  # cuda-wsl2new: the job never ran, nothing is uploaded
+        upload(artifacts, job["artifact"], results)
+    if not honest:
+        liar = artifacts / "junit-cuda-linux" / VLLM_VERSION / "cell"
+        fake_results(liar, [Cell.parse("cuda-wsl2new-v1-graph")], Execution.NATIVE)
+    return artifacts
+
+
+def report(workspace: Path, planned: str) -> tuple[subprocess.CompletedProcess, dict, str]:
+    """The report job's step, as matrix.yml writes it, on the downloaded artifacts."""
+    script = step("report", "Report")["run"]
+    install, _, rest = script.partition("\n")
+    assert install == "python -m pip install -e '.[report]'"  # done already: this test's Python has the kit
+    (workspace / "docs" / "matrix").mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "matrix" / "compat.json", workspace / "docs" / "matrix" / "compat.json")
+    temp = workspace / "runner-temp"
+    temp.mkdir()
+    summary = workspace / "step-summary.md"
+    done = bash(rest, workspace, RUNNERS=planned, RUNNER_TEMP=str(temp), GITHUB_STEP_SUMMARY=str(summary))
+    compat = json.loads((workspace / "site" / "compat.json").read_text())
+    assert summary.read_text() == (workspace / "site" / "COMPATIBILITY.md").read_text()
+    return done, compat, summary.read_text()
+
+
+def statuses(compat: dict) -> dict[str, dict]:
+    (release,) = compat["versions"]
+    assert release["vllm"] == VLLM_VERSION
+    return {c["id"]: c for c in release["cells"]}
+
+
+def test_a_lying_crashed_misrouted_or_missing_runner_fails_the_report(tmp_path, planned):
+    jobs = json.loads(planned)["include"]
+    assert sorted(c for job in jobs for c in job["cells"]) == sorted(c.id for c in CELLS)
+    runner_artifacts(tmp_path, jobs, honest=False)
+    done, compat, summary = report(tmp_path, planned)
+    assert done.returncode == 1, done.stderr
+    cells = statuses(compat)
+    shown = {cell: c["status"] for cell, c in cells.items()}
+    for cell in ("cuda-wsl2new-v1-graph", "cuda-wsl2new-v2-graph", "cuda-wsl2new-v1-eager", "cuda-wsl2new-v2-eager"):
+        assert shown[cell] == "missing", cell  # never the gate job's "pass"
+        assert "cuda-wsl2new" in cells[cell]["reason"]
+    assert shown["rocm-wsl2old-v1-graph"] == shown["rocm-wsl2old-v2-eager"] == "crashed"
+    assert {shown[c.id] for c in CELLS if c.id.startswith("rocm-wsl2new")} == {"misrouted"}
+    assert "this machine is" in cells["rocm-wsl2new-v1-graph"]["reason"]
+    assert shown["cuda-linux-v1-graph"] == shown["rocm-wsl2old-v2-graph"] == "pass"
+    # The lie: listed as suspect, and the cell it claims rests on nothing native.
+    (lie,) = compat["inputs"]["suspect"]
+    assert (lie["artifact"], lie["cell"], lie["execution"]) == ("junit-cuda-linux", "cuda-wsl2new-v1-graph", "native")
+    assert not any("native" in e for e in cells["cuda-wsl2new-v1-graph"]["evidence"])
+    assert [s["execution"] for s in cells["cuda-wsl2new-v1-graph"]["superseded"]] == ["gate-only"]
+    assert "Suspect results" in summary and "cuda-wsl2new-v1-graph" in summary
+    assert "10 cell(s) regressed, crashed, misrouted or missing" in done.stderr
+    assert "1 result(s) claim a run their runner may not speak for" in done.stderr
+
+
+def test_an_honest_run_passes(tmp_path, planned):
+    runner_artifacts(tmp_path, json.loads(planned)["include"], honest=True)
+    done, compat, _ = report(tmp_path, planned)
+    assert done.returncode == 0, done.stderr
+    cells = statuses(compat)
+    assert {c["status"] for c in cells.values()} == {"pass"}
+    assert all(c["evidence"][0].startswith("native run") for c in cells.values())
+    assert compat["inputs"]["suspect"] == []
