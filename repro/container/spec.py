@@ -93,7 +93,9 @@ def container_spec(
             *("python3", "-m", "pytest"),
             # The kit is mounted read-only; the tiny model is built in the container.
             "--model-cache=/tmp/wslpin-kit-build",
-            *cell_pytest_args(pattern, f"{SCRATCH}/junit.xml", f"{SCRATCH}/{name}.probe.json", f"{SCRATCH}/{PLAN_FILE}"),
+            *cell_pytest_args(
+                pattern, f"{SCRATCH}/junit.xml", f"{SCRATCH}/{name}.probe.json", f"{SCRATCH}/{PLAN_FILE}"
+            ),
             *pytest_args,
         ]
     )

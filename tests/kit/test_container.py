@@ -297,7 +297,8 @@ for arg; do case $arg in --junitxml=*) junit=${arg#--junitxml=};; esac; done
 """
 KEY_LINE = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostileImageKeyLine attacker@image"
 ENTITIES = f"""<?xml version="1.0"?>
-<!DOCTYPE t [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;"><!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;">]>
+<!DOCTYPE t [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">
+<!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">]>
 <testsuites><testsuite name="pytest"><testcase classname="tests.cell.test_gate" name="&c;">
 <failure message="{KEY_LINE}">{KEY_LINE}</failure></testcase></testsuite></testsuites>
 """
@@ -335,7 +336,9 @@ def tree(root: Path, leaving_out: Path) -> dict[str, bytes | str]:
     for path in root.rglob("*"):
         if path == leaving_out or leaving_out in path.parents:
             continue
-        found[str(path)] = f"-> {os.readlink(path)}" if path.is_symlink() else "dir" if path.is_dir() else path.read_bytes()
+        found[str(path)] = (
+            f"-> {os.readlink(path)}" if path.is_symlink() else "dir" if path.is_dir() else path.read_bytes()
+        )
     return found
 
 
@@ -349,7 +352,9 @@ def tree(root: Path, leaving_out: Path) -> dict[str, bytes | str]:
     ],
     ids=["entities", "truncated", "junit-link"],
 )
-def test_a_hostile_image_cannot_make_the_host_write_or_read_through_its_links(hostile_image, tmp_path, junit, links, says):
+def test_a_hostile_image_cannot_make_the_host_write_or_read_through_its_links(
+    hostile_image, tmp_path, junit, links, says
+):
     canary = tmp_path / "home" / ".ssh" / "authorized_keys"
     canary.parent.mkdir(parents=True)
     canary.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOwnersOwnKey owner@host\n")
@@ -367,7 +372,9 @@ def test_a_hostile_image_cannot_make_the_host_write_or_read_through_its_links(ho
     assert message.startswith(f"crashed in {hostile_image}: {says}")
     kept = tree(results, tmp_path / "none")
     assert all(isinstance(value, bytes) or value == "dir" for value in kept.values()), kept  # no link in the results
-    assert not any(b"OwnersOwnKey" in value or KEY_LINE.encode() in value for value in kept.values() if isinstance(value, bytes))
+    assert not any(
+        b"OwnersOwnKey" in value or KEY_LINE.encode() in value for value in kept.values() if isinstance(value, bytes)
+    )
     assert sorted(Path(path).name for path, value in kept.items() if value != "dir") == sorted(
         f"{GATE_ONLY_CELL}{suffix}" for suffix in (".xml", ".env.json", ".container.log")
     )

@@ -24,7 +24,9 @@ def test_a_directory_that_is_a_link_is_refused_in_one_line(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (tmp_path / "results").symlink_to(elsewhere)
-    with pytest.raises(MatrixError, match=r"results is a symbolic link: results are written only into a real directory"):
+    with pytest.raises(
+        MatrixError, match=r"results is a symbolic link: results are written only into a real directory"
+    ):
         write_file(tmp_path / "results", "cell.xml", b"<testsuites/>")
     assert list(elsewhere.iterdir()) == []
 
