@@ -8,6 +8,7 @@ the envelope of provenance properties that the report reads.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from xml.etree.ElementTree import Element, tostring
@@ -16,6 +17,7 @@ from junitparser import Error, JUnitXml, Properties, TestCase, TestSuite
 
 from matrix.envelope import RunInfo, envelope
 from matrix.errors import MatrixError
+from matrix.files import write_file
 from matrix.plan import CellPlan
 from matrix.report.reading import UnreadableError, parse, properties
 
@@ -63,16 +65,20 @@ def cell_suite(plan: CellPlan, cases: list[Element], run: RunInfo, no_results: s
 def write_cell_results(
     plans: list[CellPlan], raw: Path | None, run: RunInfo, out: Path, raw_missing: str = ""
 ) -> list[Path]:
-    """Write ``<out>/<cell>.xml`` and ``<out>/<cell>.env.json`` for each planned cell."""
+    """Write ``<out>/<cell>.xml`` and ``<out>/<cell>.env.json`` for each planned cell, from pytest's file ``raw``."""
     cases = read_cases(raw) if raw is not None and raw.exists() else []
-    reason = raw_missing or f"pytest wrote no result for this cell ({raw})"
-    out.mkdir(parents=True, exist_ok=True)
+    return write_cells(plans, cases, run, out, raw_missing or f"pytest wrote no result for this cell ({raw})")
+
+
+def write_cells(plans: list[CellPlan], cases: list[Element], run: RunInfo, out: Path, no_results: str) -> list[Path]:
+    """Write each planned cell's files from ``cases``, replacing any link at their names (matrix.files)."""
+    env = (json.dumps(run.env, indent=2, sort_keys=True) + "\n").encode()
     written = []
     for plan in plans:
         xml = JUnitXml(plan.cell.id)
-        xml.add_testsuite(cell_suite(plan, cases, run, reason))
-        path = out / f"{plan.cell.id}.xml"
-        xml.write(str(path), pretty=True)
-        (out / f"{plan.cell.id}.env.json").write_text(json.dumps(run.env, indent=2, sort_keys=True) + "\n")
-        written.append(path)
+        xml.add_testsuite(cell_suite(plan, cases, run, no_results))
+        text = io.BytesIO()
+        xml.write(text, pretty=True)
+        written.append(write_file(out, f"{plan.cell.id}.xml", text.getvalue()))
+        write_file(out, f"{plan.cell.id}.env.json", env)
     return written

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 from xml.etree.ElementTree import Element
 
 import defusedxml.ElementTree as SafeET
@@ -117,10 +118,13 @@ def expand(inputs: list[str]) -> list[str]:
     return found
 
 
-def parse(path: str | Path) -> Element:
-    """The root of a JUnit file, parsed safely: the one way the kit reads JUnit (UnreadableError says why not)."""
+def parse(path: str | Path | BinaryIO) -> Element:
+    """The root of a JUnit file (or of one already read), parsed safely: the one way the kit reads JUnit.
+
+    UnreadableError says why not.
+    """
     try:
-        root = SafeET.parse(str(path), forbid_dtd=True).getroot()
+        root = SafeET.parse(str(path) if isinstance(path, str | Path) else path, forbid_dtd=True).getroot()
     except DefusedXmlException as exc:
         raise UnreadableError(f"refused: {type(exc).__name__} (DTDs and entities are not allowed)") from None
     except SafeET.ParseError as exc:

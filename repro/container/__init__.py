@@ -11,13 +11,14 @@ from __future__ import annotations
 from repro.container.docker_io import Ran, exit_reason, run_spec
 from repro.container.errors import ContainerError
 from repro.container.run import DEFAULT_TIMEOUT, Outcome, run_in_image
-from repro.container.spec import CELL_TESTS, DEPS, ContainerSpec, Mount, container_spec, scratch_dir
+from repro.container.spec import CELL_TESTS, DEPS, SCRATCH, ContainerSpec, Mount, container_spec
 from repro.container.vendor import stage_dependencies
 
 __all__ = [
     "CELL_TESTS",
     "DEFAULT_TIMEOUT",
     "DEPS",
+    "SCRATCH",
     "ContainerError",
     "ContainerSpec",
     "Mount",
@@ -27,6 +28,5 @@ __all__ = [
     "exit_reason",
     "run_in_image",
     "run_spec",
-    "scratch_dir",
     "stage_dependencies",
 ]

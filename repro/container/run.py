@@ -4,20 +4,30 @@ The container runs what a cell session runs (``matrix env``, then pytest on test
 the host's plan); the JUnit split runs here on the host, with the same plan, because only the
 host knows the image's digest and the kit's commit (an image has no git), and because a
 container that never started needs its results written all the same, by the same code
-(``write_cell_results``). The files go to ``results/<vLLM>/<group>@<image>/`` (matrix.layout),
+(``matrix.junit.write_cells``). The files go to ``results/<vLLM>/<group>@<image>/`` (matrix.layout),
 the image's own vLLM release, or ``unknown`` when it never reported it.
+
+The image is untrusted. Its one writable mount is a scratch directory of the host's, outside
+the results tree and removed afterwards; what it leaves there is read without following a
+link, within a size, and the JUnit by the kit's one safe parser. A file that fails any of
+that crashes the cell with the reason. The host writes the results itself (matrix.files).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import io
 import json
 import os
 import shutil
+import stat
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from xml.etree.ElementTree import Element
 
 from matrix.host import classify, facts
 from matrix.host.facts import kit_commit, runner_name
@@ -25,10 +35,35 @@ from matrix.layout import run_dir
 from matrix.plan import Plan
 from repro.container.docker_io import Ran, exit_reason, run_spec
 from repro.container.errors import ContainerError
-from repro.container.spec import CELL_TESTS, KIT_ROOT, PLAN_FILE, container_spec, scratch_dir
+from repro.container.spec import CELL_TESTS, KIT_ROOT, PLAN_FILE, container_spec
 from repro.container.vendor import stage_dependencies
 
 DEFAULT_TIMEOUT = 3600.0
+# The most the host reads of a file the container left: far above any cell's, far below filling memory.
+LEFT_LIMIT = 64 * 2**20
+# The log kept beside the results is its end (where a crash shows); all of it was streamed to stdout.
+LOG_LIMIT = 16 * 2**20
+# Each field of an environment record that the host reads (matrix.junit.envelope, matrix.layout), and the
+# JSON types it reads it as: an image's record that fails one is refused, never half read.
+_OPTIONAL_TEXT = (str, type(None))
+_RECORD_FIELDS: tuple[tuple[tuple[str | int, ...], tuple[type, ...]], ...] = (
+    (("packages",), (dict,)),
+    (("packages", "torch"), (dict, type(None))),
+    (("packages", "vllm"), (dict, type(None))),
+    (("packages", "torch_mismatch"), (bool, type(None))),
+    *((("packages", "torch", key), _OPTIONAL_TEXT) for key in ("version", "cuda", "hip")),
+    *((("packages", "vllm", key), _OPTIONAL_TEXT) for key in ("version", "commit", "requires_torch")),
+    (("gpu",), (dict,)),
+    (("gpu", "devices"), (list, type(None))),
+    (("gpu", "devices", 0), (dict, type(None))),
+    *((("gpu", "devices", 0, key), _OPTIONAL_TEXT) for key in ("name", "driver")),
+    (("kernel",), (dict,)),
+    (("kernel", "release"), _OPTIONAL_TEXT),
+    (("wsl",), (dict,)),
+    (("host",), (dict,)),
+    (("host", "detected"), _OPTIONAL_TEXT),
+    (("env_hash",), _OPTIONAL_TEXT),
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +80,88 @@ def _crashed_record() -> dict[str, Any]:
     """
     record = {**facts.collect_environment(), "packages": {"torch": None, "vllm": None}}
     return {**record, "env_hash": classify.environment_hash(record)}
+
+
+def _read_left(path: Path, limit: int = LEFT_LIMIT) -> bytes | None:
+    """A file the container left, read without following a link; None when it left none.
+
+    The container is gone by the time this runs, so the file checked is the file read.
+    ContainerError says why a file is refused.
+    """
+    try:
+        # Non-blocking: a FIFO opens at once, and is refused below as not a file.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ContainerError(f"the container left {path.name} as a symbolic link, not a file") from None
+        raise ContainerError(f"the container's {path.name} cannot be read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ContainerError(f"the container left {path.name} as something other than a file")
+        if info.st_size > limit:
+            raise ContainerError(f"the container's {path.name} is over {limit // 2**20} MiB")
+        return file.read(limit)
+
+
+def _field(record: Any, path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        if isinstance(key, int):
+            record = record[key] if isinstance(record, list) and len(record) > key else None
+        else:
+            record = record.get(key) if isinstance(record, dict) else None
+    return record
+
+
+def _left_record(scratch: Path) -> dict[str, Any] | None:
+    """The container's environment record, checked where the host reads it; None when it left none."""
+    data = _read_left(scratch / "env.json")
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except (UnicodeDecodeError, RecursionError, ValueError) as exc:
+        raise ContainerError(f"the container's env.json is not JSON ({type(exc).__name__})") from None
+    if not isinstance(record, dict) or record.get("schema") != classify.ENV_SCHEMA:
+        raise ContainerError(f"the container's env.json is not an environment record (schema {classify.ENV_SCHEMA})")
+    for path, kinds in _RECORD_FIELDS:
+        if not isinstance(_field(record, path), kinds):
+            where = ".".join(map(str, path))
+            raise ContainerError(f"the container's env.json has no {where} of the kind an environment record has")
+    return record
+
+
+def _left_cases(scratch: Path) -> list[Element] | None:
+    """The container's test cases, read by the kit's one safe JUnit parser; None when it left no JUnit."""
+    from matrix.report.reading import UnreadableError, parse
+
+    data = _read_left(scratch / "junit.xml")
+    if data is None:
+        return None
+    try:
+        return list(parse(io.BytesIO(data)).iter("testcase"))
+    except UnreadableError as exc:
+        raise ContainerError(f"the container's junit.xml is not a JUnit file: {exc}") from None
+
+
+def _probe(path: Path) -> bytes | None:
+    """The probe's metrics if the container left them as a file: a link, or worse, is dropped like a missing file."""
+    try:
+        return _read_left(path)
+    except ContainerError:
+        return None
+
+
+def _log_end(log: Path) -> bytes | None:
+    """The end of the container's log (written here on the host, never in the container's reach)."""
+    try:
+        with log.open("rb") as file:
+            file.seek(max(0, os.fstat(file.fileno()).st_size - LOG_LIMIT))
+            return file.read(LOG_LIMIT)
+    except FileNotFoundError:
+        return None
 
 
 def run_in_image(
@@ -64,52 +181,51 @@ def run_in_image(
     # Here, not at the top: `python -m repro` builds this command's parser, and must start where
     # junitparser is missing (an offline GPU machine runs only the probe and the reproduction).
     from matrix.envelope import RunInfo
-    from matrix.junit import write_cell_results
+    from matrix.files import write_file
+    from matrix.junit import write_cells
 
     environ = dict(os.environ if environ is None else environ)
     cells = [cell_plan.cell for cell_plan in plan.cells]
     name = cells[0].id if len(cells) == 1 else "container"
     results = results.resolve()
-    results.mkdir(parents=True, exist_ok=True)
-    scratch = scratch_dir(results, name)
-    log, probe_out = f"{name}.container.log", f"{name}.probe.json"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir()
-    plan.write(scratch / PLAN_FILE)
+    log, probe = f"{name}.container.log", f"{name}.probe.json"
+    build = KIT_ROOT / "build"
+    build.mkdir(parents=True, exist_ok=True)
+    # Beside the staged dependencies, which the engine mounts already; the log stays out of the container's reach.
+    work = Path(tempfile.mkdtemp(prefix="container-", dir=build))
+    scratch = work / "scratch"
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     ran: Ran | None = None
     crashed = ""
     try:
-        spec = container_spec(
-            plan,
-            image,
-            name,
-            results,
-            stage_dependencies(KIT_ROOT / "build"),
-            environ,
-            f"{os.getuid()}:{os.getgid()}",
-            pytest_args,
-        )
-        ran = run_spec(spec, scratch / log, timeout, environ)
-    except ContainerError as exc:
-        crashed = str(exc)
-    try:
-        env_file = scratch / "env.json"
-        record = json.loads(env_file.read_text()) if env_file.exists() else _crashed_record()
+        scratch.mkdir()
+        plan.write(scratch / PLAN_FILE)
+        try:
+            user = f"{os.getuid()}:{os.getgid()}"
+            spec = container_spec(plan, image, name, scratch, stage_dependencies(build), environ, user, pytest_args)
+            ran = run_spec(spec, work / log, timeout, environ)
+        except ContainerError as exc:
+            crashed = str(exc)
+        record: dict[str, Any] | None = None
+        cases: list[Element] | None = None
+        try:
+            record = _left_record(scratch)
+            cases = _left_cases(scratch) if ran is not None and not crashed else None
+        except ContainerError as exc:
+            crashed = crashed or str(exc)
+        record = record or _crashed_record()
         out = run_dir(results, record, group, image)
-        if ran is not None and not (scratch / "junit.xml").exists():
+        if ran is not None and cases is None and not crashed:
             crashed = exit_reason(ran, timeout, out / log)
         digest = ran.image_digest if ran is not None else ""
         run = RunInfo(record, kit_commit(), runner_name(), started, image=image, image_digest=digest)
-        if crashed:
-            written = write_cell_results(list(plan.cells), None, run, out, raw_missing=f"crashed in {image}: {crashed}")
-        else:
-            written = write_cell_results(list(plan.cells), scratch / "junit.xml", run, out)
-        for kept in (log, probe_out):
+        reason = f"crashed in {image}: {crashed}" if crashed else f"pytest in {image} wrote no result for this cell"
+        written = write_cells(list(plan.cells), cases or [], run, out, reason)
+        for kept, data in ((log, _log_end(work / log)), (probe, _probe(scratch / probe))):
             # A file this run did not write must not stay beside its results as if it had.
             (out / kept).unlink(missing_ok=True)
-            if (scratch / kept).exists():
-                (scratch / kept).replace(out / kept)
+            if data is not None:
+                write_file(out, kept, data)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     return Outcome(written, crashed)

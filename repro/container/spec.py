@@ -16,7 +16,8 @@ from matrix.plan import Plan, cell_pytest_args
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
 KIT = "/kit"
-RESULTS = "/results"
+# The one directory the container may write: the host's private scratch, never its results tree.
+SCRATCH = "/scratch"
 DEPS = "/opt/wslpin-kit-deps"
 WSL_DIR = "/usr/lib/wsl"
 # What pytest runs in the container unless told otherwise: the cell's tests, as a cell session runs them.
@@ -42,11 +43,6 @@ class ContainerSpec:
     devices: tuple[str, ...] = ()  # host device paths, exposed at the same path
     gpu_request: bool = False  # `docker run --gpus all`
     group_add: tuple[str, ...] = ()
-
-
-def scratch_dir(results: Path, name: str) -> Path:
-    """Where the container finds the plan and leaves its raw JUnit, environment record and probe metrics."""
-    return results / f"{name}.container"
 
 
 @dataclass(frozen=True)
@@ -78,7 +74,7 @@ def container_spec(
     plan: Plan,
     image: str,
     name: str,
-    results: Path,
+    scratch: Path,
     deps: Path,
     environ: Mapping[str, str],
     user: str,
@@ -86,17 +82,20 @@ def container_spec(
 ) -> ContainerSpec:
     """The container that runs ``plan``'s cells in ``image``: no Docker needed to compute it.
 
-    The plan is the host's: pytest inside reads it from the scratch directory (``PLAN_FILE``),
-    so the container never plans again from what it sees of the machine.
+    The plan is the host's: pytest inside reads it from ``scratch`` (``PLAN_FILE``), so the
+    container never plans again from what it sees of the machine. ``scratch`` is the only
+    writable mount, and the host reads what is left there as untrusted (repro.container.run):
+    an image that could write into the results tree could plant links the host then writes through.
     """
     pattern = ",".join(cell_plan.cell.id for cell_plan in plan.cells)
-    raw = f"{RESULTS}/{scratch_dir(results, name).name}"
-    script = f"python3 -m matrix env --out {raw}/env.json && exec " + shlex.join(
+    script = f"python3 -m matrix env --out {SCRATCH}/env.json && exec " + shlex.join(
         [
             *("python3", "-m", "pytest"),
             # The kit is mounted read-only; the tiny model is built in the container.
             "--model-cache=/tmp/wslpin-kit-build",
-            *cell_pytest_args(pattern, f"{raw}/junit.xml", f"{raw}/{name}.probe.json", f"{raw}/{PLAN_FILE}"),
+            *cell_pytest_args(
+                pattern, f"{SCRATCH}/junit.xml", f"{SCRATCH}/{name}.probe.json", f"{SCRATCH}/{PLAN_FILE}"
+            ),
             *pytest_args,
         ]
     )
@@ -122,7 +121,7 @@ def container_spec(
         mounts=(
             Mount(str(KIT_ROOT), KIT, read_only=True),
             Mount(str(deps), DEPS, read_only=True),
-            Mount(str(results), RESULTS, read_only=False),
+            Mount(str(scratch), SCRATCH, read_only=False),
             *gpu.mounts,
         ),
         environment=tuple(sorted(environment.items())),

@@ -7,8 +7,12 @@ need a real Docker engine and the image ``nox -s docker_smoke`` builds, and run 
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import tarfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,7 @@ from junitparser import Error, JUnitXml
 from matrix.cells import Cell, Host, Mode, Runner, Stack
 from matrix.host.classify import DetectedHost
 from matrix.junit import suite_properties
+from matrix.layout import run_dir
 from matrix.plan import Plan
 from matrix.releases import VLLM_VERSION
 from repro import container
@@ -34,7 +39,7 @@ def spec_for(cell: str, here: DetectedHost, environ: dict | None = None) -> cont
         Plan.for_host([Cell.parse(cell)], here),
         "vllm/vllm-openai:v0.33.0",
         cell,
-        Path("/runner/results"),
+        Path("/runner/scratch"),
         Path("/runner/deps"),
         environ or {},
         "1000:1000",
@@ -92,13 +97,14 @@ def test_emulated_and_gate_only_cells(cell, here, exposed):
     assert gpu_exposure(spec_for(cell, here)) == exposed
 
 
-def test_the_kit_is_read_only_the_results_writable_and_the_cells_variables_passed_in():
+def test_the_kit_is_read_only_the_scratch_the_one_writable_mount_and_the_cells_variables_passed_in():
     environ = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_LOGGING_LEVEL": "DEBUG", "HF_TOKEN": "secret", "PATH": "/x"}
     spec = spec_for("cuda-linux-v2-graph", gpu_host(Host.LINUX, None), environ)
+    # No results tree in it: an image that could write there could plant links for the host to write through.
     assert {(m.source, m.target, m.read_only) for m in spec.mounts} == {
         (str(ROOT), "/kit", True),
         ("/runner/deps", container.DEPS, True),
-        ("/runner/results", "/results", False),
+        ("/runner/scratch", container.SCRATCH, False),
     }
     env = dict(spec.environment)
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1"  # the cell's runner wins over the host's
@@ -107,11 +113,14 @@ def test_the_kit_is_read_only_the_results_writable_and_the_cells_variables_passe
     assert env["PYTHONPATH"] == f"/kit:{container.DEPS}"
     assert (spec.workdir, spec.user, spec.image) == ("/kit", "1000:1000", "vllm/vllm-openai:v0.33.0")
     script = spec.command[-1]
-    assert "python3 -m matrix env --out /results/cuda-linux-v2-graph.container/env.json" in script
+    assert "python3 -m matrix env --out /scratch/env.json" in script
     assert "--cells cuda-linux-v2-graph" in script and "tests/cell" in script
-    assert "--junitxml=/results/cuda-linux-v2-graph.container/junit.xml" in script
+    assert "--junitxml=/scratch/junit.xml" in script
     # The host's plan, handed over in the scratch directory: the container does not plan again.
-    assert "--plan=/results/cuda-linux-v2-graph.container/plan.json" in script
+    assert "--plan=/scratch/plan.json" in script
+    # Everything the container is told to write goes to the scratch directory.
+    written = re.findall(r"(?:--out |--junitxml=|--probe-out=)(\S+)", script)
+    assert len(written) == 3 and all(path.startswith("/scratch/") for path in written), written
 
 
 def test_a_session_narrowed_to_some_tests_runs_only_those_in_the_container():
@@ -269,4 +278,104 @@ def test_an_engine_without_a_gpu_runtime_refuses_the_gpu_request(smoke_image, tm
     # A CUDA host, which this machine is not: the engine itself says it has no GPU to give.
     outcome = container.run_in_image(Plan.for_host([cell], gpu_host(Host.LINUX, Stack.CUDA)), smoke_image, tmp_path)
     assert outcome.crashed.startswith("the Docker engine cannot give the container a GPU")
+    assert no_containers_left()
+
+
+# A hostile image's python3. Before the real one writes the environment record, it plants links to the
+# host's canary at each name in VLLM_HOSTILE_LINKS (relative to the directory it was told to write in,
+# where the host once wrote its results too); instead of pytest, it leaves VLLM_HOSTILE_JUNIT as the JUnit.
+HOSTILE_PYTHON = b"""#!/bin/sh
+if [ "$2" = matrix ]; then
+  dir=$(dirname "$5")
+  for link in $VLLM_HOSTILE_LINKS; do
+    mkdir -p "$(dirname "$dir/$link")" && ln -sfn "$VLLM_HOSTILE_CANARY" "$dir/$link"
+  done
+  exec /usr/bin/python3 "$@"
+fi
+for arg; do case $arg in --junitxml=*) junit=${arg#--junitxml=};; esac; done
+[ -z "$VLLM_HOSTILE_JUNIT" ] || printf '%s' "$VLLM_HOSTILE_JUNIT" > "$junit"
+"""
+KEY_LINE = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostileImageKeyLine attacker@image"
+ENTITIES = f"""<?xml version="1.0"?>
+<!DOCTYPE t [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">
+<!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">]>
+<testsuites><testsuite name="pytest"><testcase classname="tests.cell.test_gate" name="&c;">
+<failure message="{KEY_LINE}">{KEY_LINE}</failure></testcase></testsuite></testsuites>
+"""
+TRUNCATED = '<testsuites><testsuite name="pytest"><testcase classname="tests.cell.test_gate" name="test_pin'
+
+
+@pytest.fixture(scope="module")
+def hostile_image(smoke_image) -> Iterator[str]:
+    """The smoke image with HOSTILE_PYTHON first on its PATH, made here (no build, no network)."""
+    import docker
+
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        member = tarfile.TarInfo("usr/local/bin/python3")
+        member.size, member.mode = len(HOSTILE_PYTHON), 0o755
+        tar.addfile(member, io.BytesIO(HOSTILE_PYTHON))
+    client = docker.from_env()
+    base = client.containers.create(smoke_image, ["true"])
+    try:
+        base.put_archive("/", archive.getvalue())
+        tag = uuid.uuid4().hex[:12]
+        made = base.commit(repository="wslpin-hostile", tag=tag)
+    finally:
+        base.remove(force=True)
+    try:
+        yield f"wslpin-hostile:{tag}"
+    finally:
+        client.images.remove(made.id, force=True)
+        client.close()
+
+
+def tree(root: Path, leaving_out: Path) -> dict[str, bytes | str]:
+    """Every entry under ``root`` but ``leaving_out``: a file's bytes, a link's target, a directory's kind."""
+    found: dict[str, bytes | str] = {}
+    for path in root.rglob("*"):
+        if path == leaving_out or leaving_out in path.parents:
+            continue
+        found[str(path)] = (
+            f"-> {os.readlink(path)}" if path.is_symlink() else "dir" if path.is_dir() else path.read_bytes()
+        )
+    return found
+
+
+@pytest.mark.parametrize(
+    ("junit", "links", "says"),
+    [
+        # Entities that expand to a huge test name, and a key line in the failure text.
+        (ENTITIES, (), "the container's junit.xml is not a JUnit file: refused: DTDForbidden"),
+        (TRUNCATED, (), "the container's junit.xml is not a JUnit file: not well-formed XML"),
+        ("", ("junit.xml",), "the container left junit.xml as a symbolic link, not a file"),
+    ],
+    ids=["entities", "truncated", "junit-link"],
+)
+def test_a_hostile_image_cannot_make_the_host_write_or_read_through_its_links(
+    hostile_image, tmp_path, junit, links, says
+):
+    canary = tmp_path / "home" / ".ssh" / "authorized_keys"
+    canary.parent.mkdir(parents=True)
+    canary.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOwnersOwnKey owner@host\n")
+    results = tmp_path / "results"
+    before = tree(tmp_path, results)
+    # Where the host writes the cell's files, as the image's own record will place them.
+    theirs = run_dir(Path(".."), {"packages": {"vllm": {"version": VLLM_VERSION}}}, "cell", hostile_image)
+    names = [f"{GATE_ONLY_CELL}{suffix}" for suffix in (".xml", ".env.json", ".container.log", ".probe.json")]
+    planted = [*links, *names, *(f"{theirs}/{name}" for name in names)]
+    env = {"VLLM_HOSTILE_CANARY": str(canary), "VLLM_HOSTILE_LINKS": " ".join(planted), "VLLM_HOSTILE_JUNIT": junit}
+    done = run_container(results, "--cells", GATE_ONLY_CELL, "--image", hostile_image, env=env)
+    assert_one_error_line(done, f"crashed in {hostile_image}: {says}")
+    assert tree(tmp_path, results) == before  # the canary included: nothing outside the results was touched
+    _, message = crashed(results, GATE_ONLY_CELL)
+    assert message.startswith(f"crashed in {hostile_image}: {says}")
+    kept = tree(results, tmp_path / "none")
+    assert all(isinstance(value, bytes) or value == "dir" for value in kept.values()), kept  # no link in the results
+    assert not any(b"OwnersOwnKey" in value for value in kept.values() if isinstance(value, bytes))
+    # The image's variables, the key line among them, are in its environment record; its result has none of it.
+    assert KEY_LINE not in result_file(results, GATE_ONLY_CELL).read_text()
+    assert sorted(Path(path).name for path, value in kept.items() if value != "dir") == sorted(
+        f"{GATE_ONLY_CELL}{suffix}" for suffix in (".xml", ".env.json", ".container.log")
+    )
     assert no_containers_left()
