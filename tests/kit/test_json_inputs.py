@@ -1,5 +1,5 @@
-"""The report's JSON inputs (--previous, --nox-report, --probes, --bench, --runners) through the real command: a bad one is
-one line naming the file and what was wrong, exit 2, and the last report's files stay as they were."""
+"""The report's JSON inputs (--previous, --nox-report, --probes, --bench, --runners) through the real command:
+a bad one is one line naming the file and what was wrong, exit 2, and the last report's files stay as they were."""
 
 from __future__ import annotations
 
