@@ -103,13 +103,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         width = max(len(p.cell.id) for p in plan.cells)
         for p in plan.cells:
-            print(f"{p.cell.id.ljust(width)}  {p.execution.value:<9}  {p.reason}")
+            # The reason can quote an --env record, anyone's file.
+            print(f"{p.cell.id.ljust(width)}  {p.execution.value:<9}  {visible(p.reason)}")
     misrouted = [p for p in plan.cells if p.execution is Execution.MISROUTED]
     if misrouted and args.misrouted_out:
         from matrix.misrouted import write_misrouted
 
         written = write_misrouted(misrouted, args.vllm, Path(args.misrouted_out))
-        print(f"wrote {len(written)} misrouted result(s) to {args.misrouted_out}/", file=sys.stderr)
+        print(visible(f"wrote {len(written)} misrouted result(s) to {args.misrouted_out}/"), file=sys.stderr)
     if misrouted:
         print(
             f"error: {len(misrouted)} cell(s) misrouted: this runner is not the host its labels claim; "

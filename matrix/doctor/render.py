@@ -7,6 +7,7 @@ import json
 from matrix.cells import WSL2_PIN_KERNEL, Host
 from matrix.doctor.answer import Answer, Source
 from matrix.questions import Question, Verdict
+from matrix.report.visible import visible
 from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
 
 QUESTION_WORDS = {
@@ -67,7 +68,8 @@ def render_text(a: Answer) -> str:
     lines += ["", f"evidence (weakest level: {a.entry.level}):"]
     lines += [f"  {sentence}" for sentence in a.entry.evidence] or ["  none recorded"]
     lines += ["", f"check it here: {a.entry.command}"]
-    return "\n".join(lines)
+    # The matrix may be anyone's file (--matrix) and the variable anyone's value: neither may start a line.
+    return "\n".join(visible(line) for line in lines)
 
 
 def render_json(a: Answer) -> str:

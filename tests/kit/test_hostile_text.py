@@ -4,8 +4,10 @@ as a workflow command, and bidi or zero-width characters show as escapes in ever
 The inputs are JUnit files as a runner could write them: a release, a cell property, a test name
 and an observed value that hold line breaks, workflow commands and invisible characters."""
 
+import json
 from pathlib import Path
 
+from compat_file import compat_document
 from conftest import run_module
 
 CELL = "cuda-linux-v1-graph"
@@ -76,3 +78,38 @@ def test_an_error_quoting_an_input_is_one_line(tmp_path):
     assert done.returncode == 2
     assert_nothing_runs_or_hides(done.stderr)
     assert done.stderr.startswith("error: no result for") and done.stderr.count("\n") == 1
+
+
+def test_the_doctor_prints_no_workflow_command_from_a_matrix_or_a_variable(tmp_path):
+    """A --matrix is anyone's file, and the opt-in variable's value anyone's text: the doctor shows both inertly."""
+    raw = (
+        HOSTILE.replace("&#10;", "\n")
+        .replace("&#13;", "\r")
+        .replace("&#x202E;", "\u202e")
+        .replace("&#x200B;", "\u200b")
+    )
+    document = compat_document()
+    for cell in document["versions"][0]["cells"]:
+        for verdict in cell["verdicts"].values():
+            verdict["advice"], verdict["why"] = f"advice{raw}", f"why{raw}"
+        cell["evidence"] = [f"evidence{raw}"]
+    matrix = tmp_path / "compat.json"
+    matrix.write_text(json.dumps(document))
+    done = run_module(
+        "matrix",
+        "doctor",
+        "--matrix",
+        str(matrix),
+        "--stack",
+        "cuda",
+        "--kernel",
+        "6.6.87.2-microsoft-standard-WSL2",
+        "--vllm",
+        "0.33.0",
+        "--runner",
+        "v2",
+        env={"VLLM_WSL2_ENABLE_PIN_MEMORY": f"1{raw}"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert_nothing_runs_or_hides(done.stdout + done.stderr)
+    assert all(command in done.stdout for command in COMMANDS), done.stdout
