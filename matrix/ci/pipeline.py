@@ -71,7 +71,8 @@ def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:
     JSON is YAML, and ``buildkite-agent pipeline upload`` reads either.
     """
     steps = []
-    for job in host_jobs(cells):
+    jobs = host_jobs(cells)
+    for job in jobs:
         sessions = " ".join(f"'{s}'" for s in job["sessions"])
         steps.append(
             {
@@ -97,12 +98,21 @@ def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:
             "key": "report",
             "timeout_in_minutes": 20,
             "commands": [
-                "buildkite-agent artifact download 'results/**/*' .",
+                # Each step's files in a directory named as the plan names its artifact, so that the report
+                # knows which agent wrote which file (--runners); a step that uploaded nothing leaves its
+                # directory empty, and its cells missing.
+                *(
+                    f"buildkite-agent artifact download 'results/**/*' artifacts/{job['artifact']}/ "
+                    f"--step cells-{job['name']} || true"
+                    for job in jobs
+                ),
                 "buildkite-agent artifact download 'nox-*.json' . || true",
                 "python -m pip install -e '.[report]'",
+                f"python -m matrix plan --format github --cells {','.join(c.id for c in cells)} > runners.json",
                 # Every agent's nox report says which cells' sessions died before writing results;
                 # 8 days: a nightly run plus a week of grace, anything older is an agent's leftovers.
-                "python -m matrix report results/ --nox-report 'nox-*.json' --max-age-days 8 --out report/",
+                "python -m matrix report artifacts/ --runners runners.json --nox-report 'nox-*.json' "
+                "--max-age-days 8 --out report/",
                 "buildkite-agent annotate --style info < report/COMPATIBILITY.md",
             ],
             "artifact_paths": ["report/*"],

@@ -116,5 +116,16 @@ def test_buildkite_pipeline_has_the_same_jobs_and_a_report_that_always_runs():
     assert {"wait": None, "continue_on_failure": True} in steps and steps[-1]["key"] == "report"
     nox_files = [s["commands"][1].split()[2] for s in cells]
     assert all(f in s["artifact_paths"] for f, s in zip(nox_files, cells, strict=True))
-    report = next(c for c in steps[-1]["commands"] if "matrix report" in c)
+    commands = steps[-1]["commands"]
+    report = next(c for c in commands if "matrix report" in c)
     assert "--nox-report 'nox-*.json'" in report and "--max-age-days" in report
+    # Each agent's files land in its artifact's directory, which the report's --runners names.
+    assert "artifacts/ --runners runners.json" in report
+    downloads = [c for c in commands if c.startswith("buildkite-agent artifact download 'results/")]
+    assert downloads == [
+        f"buildkite-agent artifact download 'results/**/*' artifacts/junit-{s['key'][6:]}/ --step {s['key']} || true"
+        for s in cells
+    ]
+    runners = next(c for c in commands if "--format github" in c).split(">")[0].split()[3:]
+    planned = json.loads(run_module("matrix", *runners).stdout)["include"]
+    assert [f"junit-{s['key'][6:]}" for s in cells] == [job["artifact"] for job in planned]
