@@ -19,10 +19,10 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from matrix.cells import CELLS, Cell
+from matrix.cells import CELLS, Cell, select
 from matrix.envelope import RunInfo
 from matrix.junit import write_cell_results
-from matrix.plan import CellPlan, Execution
+from matrix.plan import CellPlan, Execution, Plan
 from matrix.releases import VLLM_VERSION
 
 WORKFLOW = yaml.safe_load((ROOT / ".github" / "workflows" / "matrix.yml").read_text())
@@ -154,6 +154,9 @@ def statuses(compat: dict) -> dict[str, dict]:
 
 
 def test_a_lying_crashed_misrouted_or_missing_runner_fails_the_report(tmp_path, planned):
+    here = Plan.detected(select("rocm-wsl2new-*"), require_native=True)
+    if any(p.execution is not Execution.MISROUTED for p in here.cells):
+        pytest.skip("this machine is a ROCm WSL2 host: it cannot play the runner misrouted to one")
     jobs = json.loads(planned)["include"]
     assert sorted(c for job in jobs for c in job["cells"]) == sorted(c.id for c in CELLS)
     runner_artifacts(tmp_path, jobs, honest=False)
