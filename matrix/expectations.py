@@ -54,10 +54,14 @@ class Rule:
     issue: str | None = None
     note: str = ""
 
-    def matches(self, cell: Cell, version: Version, pin_env: str) -> bool:
+    def covers(self, version: Version | None) -> bool:
+        """Whether the rule's range holds ``version``: a release packaging cannot order is in no rule's range."""
+        return version is not None and self.vllm.contains(version, prereleases=True)
+
+    def matches(self, cell: Cell, version: Version | None, pin_env: str) -> bool:
         return (
             any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.cells)
-            and self.vllm.contains(version, prereleases=True)
+            and self.covers(version)
             and self.pin_env in (None, pin_env)
         )
 
@@ -123,7 +127,7 @@ def release_version(text: str) -> Version | None:
 
 
 def expected_values(rules: list[Rule], cell: Cell, vllm_version: str, pin_env: str) -> dict[str, Expected]:
-    version = Version(vllm_version)
+    version = release_version(vllm_version)
     resolved: dict[str, Expected] = {}
     for rule in rules:
         if rule.matches(cell, version, pin_env):

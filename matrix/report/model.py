@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from packaging.version import Version
-
 from matrix.cells import Host, Mode, Runner, Stack
 from matrix.expectations import Rule, load_rules, release_version
 from matrix.plan import Execution
@@ -269,16 +267,11 @@ def release_changes(versions: dict[str, list[CellReport]], rules: list[Rule]) ->
                 f"{r.id}: {r.note}" + (f" ({r.issue})" if r.issue else "")
                 for r in rules
                 if any(fnmatch.fnmatchcase(new.cell.id, pattern) for pattern in r.cells)
-                and _in_range(r, after_version)
-                and not _in_range(r, before_version)
+                and r.covers(after_version)
+                and not r.covers(before_version)
             )
             changes.append(ReleaseChange(new.cell.id, after, was, now, why))
     return changes
-
-
-def _in_range(rule: Rule, version: Version | None) -> bool:
-    # A release packaging cannot order is in no rule's range.
-    return version is not None and rule.vllm.contains(version, prereleases=True)
 
 
 def observations(cell: CellReport) -> Observations:

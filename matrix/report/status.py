@@ -165,12 +165,9 @@ Resolver = Callable[[str], Mapping[str, Expected]]
 def resolver(rules: list[Rule], cell: Cell, vllm: str) -> Resolver:
     """pin_env -> the cell's expected gate values under ``vllm``: resolved once per pin_env, not once per case."""
 
-    # A release packaging cannot order is in no rule's range.
-    ordered = release_version(vllm) is not None
-
     @cache
     def expected(pin_env: str) -> Mapping[str, Expected]:
-        return expected_values(rules, cell, vllm, pin_env) if ordered else {}
+        return expected_values(rules, cell, vllm, pin_env)
 
     return expected
 
