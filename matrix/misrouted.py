@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from xml.etree.ElementTree import Element, ElementTree, SubElement
+from xml.etree.ElementTree import Element, SubElement, tostring
 
 from matrix.envelope import RunInfo, envelope
+from matrix.files import write_file
 from matrix.host import facts
 from matrix.plan import CellPlan
 
@@ -27,7 +28,6 @@ def write_misrouted(plans: list[CellPlan], release: str, out: Path) -> list[Path
         started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         release=release,
     )
-    out.mkdir(parents=True, exist_ok=True)
     written = []
     for plan in plans:
         root = Element("testsuites")
@@ -39,7 +39,6 @@ def write_misrouted(plans: list[CellPlan], release: str, out: Path) -> list[Path
             SubElement(props, "property", name=name, value=value)
         case = SubElement(suite, "testcase", classname="matrix.plan", name="misrouted")
         SubElement(case, "error", message=plan.reason, type="Misrouted")
-        path = out / f"{plan.cell.id}.xml"
-        ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
-        written.append(path)
+        data = tostring(root, encoding="utf-8", xml_declaration=True)
+        written.append(write_file(out, f"{plan.cell.id}.xml", data))
     return written
