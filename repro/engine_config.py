@@ -24,9 +24,10 @@ from typing import Any
 from matrix.cells import Cell
 from matrix.plan import CellPlan, Execution
 from repro import emulation
+from repro.answers import run_remembered, tree_digest
 from repro.engine import engine_kwargs
 from repro.gate import preload
-from repro.isolation import Outcome, run_isolated
+from repro.isolation import Outcome
 from repro.offload import CACHE_ROOT, EngineRun
 
 DEFAULT_TIMEOUT = 180.0
@@ -151,9 +152,11 @@ def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) ->
     an interpreter of its own, which neither the presented host nor the stand-in GPU reaches, so its
     answer is every cell's; cached, it costs one ~10 s interpreter start per call instead of one per child.
     """
-    preload()
+    # The tokenizer's answer is read from the model's files.
+    models = "".join(tree_digest(Path(model)) for model in sorted({request.model for request in requests}))
     with tempfile.TemporaryDirectory(prefix="wslpin-config-") as cache:
-        outcomes = run_isolated(functools.partial(check, cache_root=cache), requests, timeout=timeout)
+        check_here = functools.partial(check, cache_root=cache)
+        outcomes = run_remembered("engine_config.check", check_here, requests, timeout, before=preload, salt=models)
     return {
         run.cell: dataclasses.replace(o, value=o.value[run.cell.id]) if o.ok else o
         for request, o in zip(requests, outcomes, strict=True)

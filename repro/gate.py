@@ -27,7 +27,8 @@ from matrix.host.edges import KERNEL_EDGES, KernelEdge
 from matrix.plan import CellPlan, Execution
 from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY, UNSET, V2_MODEL_RUNNER
 from repro import emulation
-from repro.isolation import Outcome, run_isolated
+from repro.answers import run_remembered
+from repro.isolation import Outcome
 
 DEFAULT_TIMEOUT = 180.0
 # Imported in the parent before forking: host-independent and slow (~5 s of the
@@ -281,8 +282,8 @@ def edge_requests_for(plans: Iterable[CellPlan]) -> list[EdgeRequest]:
 
 def evaluate_edges(requests: list[EdgeRequest], timeout: float = DEFAULT_TIMEOUT) -> dict[EdgeRequest, Outcome]:
     unique = sorted(set(requests))
-    preload()
-    return dict(zip(unique, run_isolated(decide_edges, unique, timeout=timeout), strict=True))
+    outcomes = run_remembered("gate.decide_edges", decide_edges, unique, timeout, before=preload)
+    return dict(zip(unique, outcomes, strict=True))
 
 
 def preload() -> None:
@@ -302,5 +303,4 @@ def evaluate(
     requests: list[GateRequest], timeout: float = DEFAULT_TIMEOUT, jobs: int | None = None
 ) -> dict[GateRequest, Outcome]:
     unique = sorted(set(requests))
-    preload()
-    return dict(zip(unique, run_isolated(decide, unique, timeout=timeout, jobs=jobs), strict=True))
+    return dict(zip(unique, run_remembered("gate.decide", decide, unique, timeout, jobs, before=preload), strict=True))

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,20 @@ from matrix.cells import select
 from matrix.host.classify import detect
 from matrix.host.facts import collect_facts
 from matrix.plan import plan_cells
+from repro.answers import CACHE_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """vLLM's answers shared by every test and every process they start (repro/answers.py says why it is safe).
+
+    Set before any test runs, so that nested pytest and nox runs inherit it; a directory the caller named
+    already is kept, and its answers with it.
+    """
+    if not os.environ.get(CACHE_VARIABLE):
+        os.environ[CACHE_VARIABLE] = tempfile.mkdtemp(prefix="wslpin-answers-")
+        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(CACHE_VARIABLE), ignore_errors=True))
 
 
 def run_module(

@@ -1,0 +1,155 @@
+"""vLLM's answers from isolated children, remembered for the kit's own test session.
+
+The kit's tests ask the installed vLLM the same questions many times over: in-process, and through
+every ``pytest tests/cell`` and nox session they start, each evaluation a child that imports vLLM
+(~5 s). Where ``WSLPIN_ANSWER_CACHE`` names a directory (the kit's test session sets it, for every
+process it starts), an evaluation whose key is already there returns the answer the first one got;
+the key holds everything an answer depends on: the question, the installed vLLM (its files' hashes),
+torch, the interpreter, the kit's own code, the uname and the environment variables vLLM or the
+stand-ins read. Without the variable nothing is remembered: a cell session, the history and the
+offline GPU run always ask vLLM afresh.
+
+Only answers are kept (a child that returned, or raised inside the kit's probe): a child that hung
+or died is asked again, and a remembered answer is given only where it came within the time the
+caller allows now (its timeout, or what is left before the run's deadline).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import pickle
+import platform
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from repro.isolation import Outcome, run_isolated, time_left
+
+CACHE_VARIABLE = "WSLPIN_ANSWER_CACHE"
+_KIT = Path(__file__).resolve().parents[1]
+# What a child's answer can depend on in its environment: vLLM's and the GPU stacks' own variables, the
+# kit's presented host, and where programs and modules are found (a stand-in nvidia-smi, a fake vLLM).
+_ENV_PREFIXES = ("VLLM_", "CUDA_", "HIP_", "ROCR_", "ROCM_", "HSA_", "NVIDIA_", "TORCH", "PYTORCH_", "TRITON_", "WSL")
+_ENV_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD")
+# The kit's own variables that say how a run is driven, not what vLLM sees; and the compile cache that
+# importing torch._inductor points at its per-user default, so that it differs only by whether the
+# parent has preloaded torch yet.
+_ENV_IGNORED = (
+    CACHE_VARIABLE,
+    "WSLPIN_DEADLINE",
+    "WSLPIN_CURRENT_TEST",
+    "WSLPIN_HOST_READS",
+    "TORCHINDUCTOR_CACHE_DIR",
+)
+_KEPT = ("ok", "error")
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def tree_digest(root: Path, patterns: Sequence[str] = ("*",)) -> str:
+    """The names and contents of the files under ``root`` that match ``patterns``."""
+    files = sorted({p for pattern in patterns for p in root.rglob(pattern) if p.is_file()})
+    return _digest(*(part for p in files for part in (str(p.relative_to(root)).encode(), p.read_bytes())))
+
+
+def _package_digest(name: str) -> str:
+    """Where ``name`` is imported from and what its files are, without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        return "absent"
+    origin = Path(spec.origin).resolve()
+    try:
+        record = metadata.distribution(name).read_text("RECORD")
+    except metadata.PackageNotFoundError:
+        record = None
+    if record is not None and spec.submodule_search_locations is not None:
+        # The wheel's RECORD holds every installed file's hash; the package directory is what is imported.
+        return _digest(str(origin).encode(), record.encode())
+    return _digest(str(origin).encode(), tree_digest(origin.parent, ("*.py",)).encode())
+
+
+def environment_key(salt: str = "") -> str:
+    """What every answer of this process's children shares: the installation, the kit and the environment."""
+    env = sorted(
+        (k, v)
+        for k, v in os.environ.items()
+        if k not in _ENV_IGNORED and (k.startswith(_ENV_PREFIXES) or k in _ENV_NAMES)
+    )
+    return _digest(
+        sys.executable.encode(),
+        sys.version.encode(),
+        repr(platform.uname()).encode(),
+        repr(env).encode(),
+        _package_digest("vllm").encode(),
+        _package_digest("torch").encode(),
+        _package_digest("transformers").encode(),
+        tree_digest(_KIT, ("matrix/**/*.py", "matrix/**/*.toml", "repro/**/*.py")).encode(),
+        salt.encode(),
+    )
+
+
+def _path(cache: Path, question: str, shared: str, arg: Any) -> Path:
+    return cache / f"{_digest(question.encode(), shared.encode(), repr(arg).encode())}.pickle"
+
+
+def _recall(path: Path, allowed: float) -> Outcome | None:
+    try:
+        with path.open("rb") as f:
+            outcome = pickle.load(f)  # noqa: S301 - written by this test session's own processes, below
+    except Exception:  # noqa: BLE001 - absent, cut short or not an answer: asked again
+        return None
+    return outcome if isinstance(outcome, Outcome) and outcome.seconds < allowed else None
+
+
+def _remember(path: Path, outcome: Outcome) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".answer-")
+    with os.fdopen(fd, "wb") as f:
+        pickle.dump(outcome, f)
+    os.replace(tmp, path)
+
+
+def run_remembered(
+    question: str,
+    fn: Callable[[Any], Any],
+    args: Sequence[Any],
+    timeout: float,
+    jobs: int | None = None,
+    before: Callable[[], None] = lambda: None,
+    salt: str = "",
+) -> list[Outcome]:
+    """``run_isolated(fn, args)``, answering from the cache what it already holds (``question`` names ``fn``).
+
+    ``before`` runs only when some child must start (the parent's preload); ``salt`` adds what the
+    answers depend on beyond the installation (the files a request names, say).
+    """
+    where = os.environ.get(CACHE_VARIABLE)
+    if not where:
+        before()
+        return run_isolated(fn, args, timeout=timeout, jobs=jobs)
+    cache = Path(where)
+    cache.mkdir(parents=True, exist_ok=True)
+    shared = environment_key(salt)
+    paths = [_path(cache, question, shared, arg) for arg in args]
+    allowed = time_left(timeout)
+    found = [_recall(path, allowed) for path in paths]
+    missing = [i for i, outcome in enumerate(found) if outcome is None]
+    if missing:
+        before()
+        for i, outcome in zip(missing, run_isolated(fn, [args[i] for i in missing], timeout, jobs), strict=True):
+            found[i] = outcome
+            if outcome.status in _KEPT:
+                _remember(paths[i], outcome)
+    answered = [outcome for outcome in found if outcome is not None]
+    assert len(answered) == len(args)
+    return answered

@@ -1,0 +1,103 @@
+"""Answers remembered across a test session's processes: asked once, given again only where nothing they depend on
+changed, never for a child that gave no answer, never past the time a caller allows now."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from repro.answers import CACHE_VARIABLE, run_remembered
+from repro.isolation import DEADLINE_VARIABLE
+
+
+def counted(arg: tuple[str, str]) -> dict:
+    """A child that leaves a mark for each time it really ran, and answers with what it saw."""
+    marks, value = arg
+    with open(marks, "a") as f:
+        f.write("ran\n")
+    return {"value": value, "probe": os.environ.get("VLLM_TEST_PROBE")}
+
+
+def slow(arg: tuple[str, float]) -> str:
+    marks, seconds = arg
+    with open(marks, "a") as f:
+        f.write("ran\n")
+    time.sleep(seconds)
+    return "done"
+
+
+def runs(marks: Path) -> int:
+    return len(marks.read_text().splitlines()) if marks.exists() else 0
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    where = tmp_path / "answers"
+    monkeypatch.setenv(CACHE_VARIABLE, str(where))
+    monkeypatch.delenv(DEADLINE_VARIABLE, raising=False)
+    monkeypatch.delenv("VLLM_TEST_PROBE", raising=False)
+    return where
+
+
+def test_an_answer_is_asked_once_and_given_again(cache, tmp_path):
+    marks = tmp_path / "marks"
+    args = [(str(marks), "a"), (str(marks), "b")]
+    preloads = []
+    first = run_remembered("t.counted", counted, args, timeout=60, before=lambda: preloads.append(1))
+    again = run_remembered("t.counted", counted, args, timeout=60, before=lambda: preloads.append(1))
+    assert [o.value["value"] for o in first] == ["a", "b"] and [o.value for o in again] == [o.value for o in first]
+    assert runs(marks) == 2, "the second call started no child"
+    assert preloads == [1], "the parent preloads only when a child must start"
+
+
+def test_without_the_variable_every_call_asks_afresh(cache, tmp_path, monkeypatch):
+    monkeypatch.delenv(CACHE_VARIABLE)
+    marks = tmp_path / "marks"
+    for _ in range(2):
+        (outcome,) = run_remembered("t.counted", counted, [(str(marks), "a")], timeout=60)
+        assert outcome.ok
+    assert runs(marks) == 2 and not cache.exists()
+
+
+def test_a_variable_vllm_reads_is_part_of_the_key(cache, tmp_path, monkeypatch):
+    marks = tmp_path / "marks"
+    (before,) = run_remembered("t.counted", counted, [(str(marks), "a")], timeout=60)
+    monkeypatch.setenv("VLLM_TEST_PROBE", "1")
+    (after,) = run_remembered("t.counted", counted, [(str(marks), "a")], timeout=60)
+    assert (before.value["probe"], after.value["probe"]) == (None, "1")
+    assert runs(marks) == 2
+    # A variable no child reads (the test's own bookkeeping) keeps the answer.
+    monkeypatch.setenv("PYTEST_SOMETHING_ELSE", "x")
+    run_remembered("t.counted", counted, [(str(marks), "a")], timeout=60)
+    assert runs(marks) == 2
+
+
+def test_a_child_that_gave_no_answer_is_asked_again(cache, tmp_path):
+    marks = tmp_path / "marks"
+    for _ in range(2):
+        (outcome,) = run_remembered("t.slow", slow, [(str(marks), 5.0)], timeout=0.5)
+        assert outcome.status == "timeout"
+    assert runs(marks) == 2
+
+
+def test_an_answer_that_took_longer_than_now_allowed_is_not_given(cache, tmp_path, monkeypatch):
+    marks = tmp_path / "marks"
+    (first,) = run_remembered("t.slow", slow, [(str(marks), 1.0)], timeout=60)
+    assert first.ok and first.seconds > 0.5
+    # The run's deadline leaves less than the answer took: a fresh process would not have answered in time.
+    monkeypatch.setenv(DEADLINE_VARIABLE, str(time.time() + 0.3))
+    (late,) = run_remembered("t.slow", slow, [(str(marks), 1.0)], timeout=60)
+    # Killed at the deadline, or not started at all where the deadline passed first: no answer either way.
+    assert late.status == "timeout" and late.value is None
+
+
+def test_a_cut_or_foreign_file_in_the_cache_is_asked_again(cache, tmp_path):
+    marks = tmp_path / "marks"
+    run_remembered("t.counted", counted, [(str(marks), "a")], timeout=60)
+    (entry,) = cache.glob("*.pickle")
+    entry.write_bytes(entry.read_bytes()[:10])
+    (outcome,) = run_remembered("t.counted", counted, [(str(marks), "a")], timeout=60)
+    assert outcome.ok and outcome.value["value"] == "a" and runs(marks) == 2
