@@ -53,6 +53,11 @@ MATRIX_MAIN = "matrix/__main__.py"
 VOLATILE_CASE_PROPERTIES = frozenset({"gate_seconds", "engine_seconds", "probe_seconds"})
 VOLATILE_SUITE_PROPERTIES = frozenset({"started_at", "kit_commit", "env_hash", "runner_name", "kernel_release"})
 
+# How a case says a vLLM child was killed by its timeout (repro/isolation.py's outcome, as tests/cell words it):
+# on a machine busy with other work the engine-config children can take more than their 180 s. Such a result
+# is the machine's load, not the inputs', so it is placed for this run but never stored to be reused.
+TIMED_OUT = "(timeout)"
+
 CACHE_VARIABLE = "WSLPIN_HISTORY_CACHE"
 MANIFEST = "manifest.json"
 # An entry being written: never read as an entry, whatever it holds.
@@ -312,6 +317,15 @@ def result_differences(cached: Path, recomputed: Path) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def timed_out(directory: Path) -> bool:
+    """Whether any case in ``directory``'s JUnit failed because a child ran out of time (``TIMED_OUT``)."""
+    for path in directory.glob("*.xml"):
+        for element in ElementTree.parse(path).getroot().iter():
+            if element.tag in ("failure", "error") and TIMED_OUT in (element.get("message") or ""):
+                return True
+    return False
+
+
 def recheck_choice(versions: Sequence[str], commit: str) -> frozenset[str]:
     """``--recheck auto``: the newest release (``versions`` oldest first) and one other picked by the commit."""
     if not versions:
@@ -330,7 +344,7 @@ class Outcome:
 
     version: str
     key: str
-    action: str  # "reused", "computed", "recomputed" (a cached copy was checked), "computed nothing"
+    action: str  # "reused", "computed", "recomputed" (a cached copy was checked), "computed nothing", or not stored
     seconds: float
     differences: tuple[str, ...] = ()
 
@@ -356,7 +370,8 @@ def run_history(
 
     ``fresh``: compute every release. ``recheck``: compute these even if cached, and report where they differ
     from the cached copy (which is then kept, not replaced: which side is wrong is for a person to find out).
-    A computation that raises stores nothing; one that writes no file (``nox --install-only``) neither.
+    A computation that raises stores nothing; one that writes no file (``nox --install-only``) neither, nor one
+    in which a child timed out (``TIMED_OUT``).
     """
     outcomes = []
     for inputs in releases:
@@ -375,6 +390,8 @@ def run_history(
             differences: tuple[str, ...] = ()
             if not _result_files(where):
                 action = "computed nothing"
+            elif timed_out(where):
+                action = "computed, not stored: a vLLM child timed out"
             elif found is not None and version in recheck:
                 action, differences = "recomputed", result_differences(found, where)
             else:

@@ -246,6 +246,20 @@ def test_a_run_cut_short_stores_nothing_and_a_damaged_entry_is_never_used(tmp_pa
     assert history_cache.cached_entry(entry) == entry
 
 
+def test_a_release_whose_vllm_child_timed_out_is_placed_but_never_stored(tmp_path):
+    def busy_machine(version: str, out: Path) -> None:
+        failure = '<failure message="no answer from vLLM under this host (timeout): killed after 180 s"/>'
+        (out / "cuda-linux-v1-graph.xml").write_text(
+            f'<testsuites><testsuite name="cuda-linux-v1-graph"><testcase classname="c" name="n">{failure}'
+            "</testcase></testsuite></testsuites>"
+        )
+
+    (outcome,) = history(tmp_path, busy_machine, versions=("0.33.0",))
+    assert outcome.action == "computed, not stored: a vLLM child timed out"
+    assert (tmp_path / "results" / "0.33.0" / "cuda-linux-v1-graph.xml").is_file()
+    assert history_cache.cached_entry(tmp_path / "cache" / "0.33.0" / outcome.key) is None
+
+
 def test_recheck_auto_is_the_newest_and_one_other_picked_by_the_commit():
     versions = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
     picks = {recheck_choice(versions, f"{n:040x}") for n in range(6)}
