@@ -13,8 +13,10 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
+import inspect
 import json
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -28,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from matrix import history_cache  # noqa: E402
 from matrix.cells import CELLS, Host, select  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
 from matrix.groups import GROUP_TESTS  # noqa: E402
@@ -315,8 +318,8 @@ def page(session: nox.Session) -> None:
 
 
 def _release_python(session: nox.Session, version: str) -> str:
-    """A virtual environment of its own for one vLLM release, kept under this session's directory."""
-    env = Path(session.virtualenv.location) / "releases" / version
+    """A virtual environment of its own for one vLLM release, kept beside the sessions' (history's and publish's)."""
+    env = Path(session.virtualenv.location).parent / "releases" / version
     if not (env / "bin" / "python").exists():
         if shutil.which("uv"):
             session.run("uv", "venv", "--quiet", "--python", sys.executable, str(env), external=True)
@@ -325,37 +328,112 @@ def _release_python(session: nox.Session, version: str) -> str:
     return str(env / "bin" / "python")
 
 
-@nox.session(default=False)
-def history(session: nox.Session) -> None:
-    """Gate and engine-config tests of all 24 cells per vLLM release, each in its own venv -> results/history/<v>/."""
-    parser = argparse.ArgumentParser(prog="nox -s history --")
+# The `python -m matrix` commands a release's history runs (_test_cells, _record_environment): their code is in the key.
+HISTORY_COMMANDS = ("env", "plan", "split")
+
+
+def _history(session: nox.Session) -> None:
+    """Every release's gate and engine-config tests of 24 cells -> results/history/<v>/, through the history cache.
+
+    A release whose key (matrix.history_cache: the release, the lock, torch, Python, this machine's plan, the
+    recipe below and every kit file it runs) is cached is copied from the cache, the others are run in a venv of
+    their own and stored. One line per release says which, with the key and the time it took.
+    """
+    parser = argparse.ArgumentParser(prog=f"nox -s {session.name} --")
     parser.add_argument("--versions", default=",".join(HISTORY_VERSIONS), help="comma-separated vLLM releases")
+    parser.add_argument("--fresh", action="store_true", help="recompute every release, cached or not")
+    parser.add_argument(
+        "--recheck",
+        help="recompute these cached releases too and fail where they differ: comma-separated, or `auto` "
+        "(the newest and one other, picked by the kit's commit)",
+    )
     args = parser.parse_args(session.posargs)
-    versions = [_release(session, v.strip(), "--versions:") for v in args.versions.split(",") if v.strip()]
+    given = [_release(session, v.strip(), "--versions:") for v in args.versions.split(",") if v.strip()]
+    versions = sorted(dict.fromkeys(given), key=Version)
     tmp = Path(session.create_tmp())
-    timings = []
-    for version in versions:
-        started = time.perf_counter()
+    try:
+        recheck = _recheck(session, args.recheck, versions)
+        files = history_cache.key_files(ROOT, GROUP_TESTS["gate"], HISTORY_COMMANDS)
+    except MatrixError as exc:
+        session.error(str(exc))
+    recipe = "".join(inspect.getsource(step) for step in (_install, _install_vllm, _record_environment, _test_cells))
+    releases = [
+        history_cache.key_inputs(
+            ROOT,
+            version,
+            lock=(ROOT / GATE_LOCK).read_text(),
+            torch=GATE_TORCH,
+            python=platform.python_version(),
+            executions=[(p.cell.id, p.execution.value) for p in Plan.detected(CELLS).cells],
+            recipe=recipe + repr(GROUP_TESTS["gate"]),
+            files=files,
+        )
+        for version in versions
+    ]
+
+    def compute(version: str, out: Path) -> None:
         python = _release_python(session, version)
         _install(session, version, full=False, python=python)
-        installed = time.perf_counter()
         where = tmp / version
         where.mkdir(parents=True, exist_ok=True)
         if _record_environment(session, python, where) is not None:
             # Failed tests are a result here too: an old release that breaks a rule is what history is for.
-            _test_cells(session, python, "all", GROUP_TESTS["gate"], (), where, RESULTS / "history" / version)
-        timings.append((version, installed - started, time.perf_counter() - installed))
-    total = sum(i + g for _, i, g in timings)
-    for version, install_s, gate_s in timings:
-        session.log(
-            f"vLLM {version}: install {install_s:5.1f} s, gate and engine-config tests of 24 cells {gate_s:5.1f} s"
+            _test_cells(session, python, "all", GROUP_TESTS["gate"], (), where, out)
+
+    cache = history_cache.cache_dir(os.environ)
+    session.log(f"history cache {cache}: {len(files)} kit files in each key")
+    started = time.perf_counter()
+    outcomes = history_cache.run_history(
+        releases,
+        compute,
+        results=RESULTS / "history",
+        cache=cache,
+        scratch=tmp / "computed",
+        fresh=args.fresh,
+        recheck=recheck,
+        say=session.log,
+    )
+    took = time.perf_counter() - started
+    session.log(f"{len(outcomes)} releases x 24 cells in {took:.0f} s ({took / 60:.1f} min)")
+    differing = [o for o in outcomes if o.differences]
+    for outcome in differing:
+        session.log("\n".join((f"vLLM {outcome.version}, recomputed vs cached:", *outcome.differences)))
+    if differing:
+        session.error(
+            f"recheck: {', '.join(o.version for o in differing)} recomputed differently from the cache: find what "
+            "the key misses (differences above), then run again with -- --fresh"
         )
-    session.log(f"{len(timings)} releases x 24 cells in {total:.0f} s ({total / 60:.1f} min)")
 
 
-@nox.session(default=False, requires=["history"])
+def _recheck(session: nox.Session, option: str | None, versions: list[str]) -> frozenset[str]:
+    """The releases ``--recheck`` names; ``auto``: the newest and one other, picked by the kit's commit."""
+    if not option:
+        return frozenset()
+    if option == "auto":
+        commit = session.run("git", "-C", str(ROOT), "rev-parse", "HEAD", external=True, silent=True)
+        return history_cache.recheck_choice(versions, (commit or "").strip())
+    named = {_release(session, v.strip(), "--recheck") for v in option.split(",") if v.strip()}
+    if named - set(versions):
+        raise MatrixError(f"--recheck {option}: {sorted(named - set(versions))} not in --versions; name those run")
+    return frozenset(named)
+
+
+@nox.session(default=False)
+def history(session: nox.Session) -> None:
+    """Gate and engine-config tests of all 24 cells per vLLM release -> results/history/<v>/ (see _history).
+
+    `-- --fresh` recomputes every release; `-- --recheck auto` recomputes two cached ones and fails if they moved.
+    """
+    _history(session)
+
+
+@nox.session(default=False)
 def publish(session: nox.Session) -> None:
-    """Regenerate docs/matrix/ (the published table) from results/history/ and any docs/probe/*.json."""
+    """The history (options after `--` as for history), then docs/matrix/ (the published table) from it.
+
+    Its inputs: results/history/ and any docs/probe/*.json and docs/bench/.
+    """
+    _history(session)
     session.install("-e", ".[report]")
     # Paths relative to the kit (nox runs in its directory): the published inputs name no machine's disk.
     inputs = ("results/history", "--probes", "docs/probe", "--bench", "docs/bench")

@@ -1,18 +1,24 @@
 """Compare two compat.json documents: does the new report publish what the old one did?
 
     python3 tools/compat_diff.py [--ignore KEY]... OLD NEW
+    python3 tools/compat_diff.py --volatile COMMITTED PRODUCED
 
 Ignores what depends on when and by which kit the report was generated (the
 top-level ``generated_at`` and ``kit_commit``, each cell's ``age_days``), any
 key only NEW has (fields a newer kit adds), and each ``--ignore`` key wherever it
-is (a field whose words a newer kit changed on purpose). Prints each difference as
-``JSON path: old -> new`` and exits 1 if there is any, 0 if none, 2 if a file
-cannot be read. Standard library only: it runs before any environment exists.
+is (a field whose words a newer kit changed on purpose).
+
+``--volatile`` compares two reports of the same kit exactly (is the committed matrix what the code
+produces?): a key only one side has is a difference, and only what is volatile by nature is masked
+(``VOLATILE_KEYS``, ``VOLATILE_TEXT``). Prints each difference as ``JSON path: old -> new``
+and exits 1 if there is any, 0 if none, 2 if a file cannot be read. Standard library only: it runs
+before any environment exists.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 
@@ -20,6 +26,17 @@ from collections.abc import Iterator
 IGNORED = frozenset({"$.generated_at", "$.kit_commit"})
 # Counted from the moment the report is generated, like generated_at.
 IGNORED_ANYWHERE = frozenset({"age_days"})
+# --volatile: what differs between two runs of the same kit on the same results by nature, wherever it is:
+# when the report and each cell's run were made (generated_at, age_days, date, started_at), by which commit
+# (kit_commit: committing the matrix itself moves it), the hash of an environment record holding a time
+# (env_hash), how long a gate took (the *_seconds case properties), and what names the machine today
+# (runner_name, kernel_release).
+VOLATILE_KEYS = frozenset(
+    {"generated_at", "kit_commit", "age_days", "date", "started_at", "env_hash", "runner_name", "kernel_release"}
+    | {"gate_seconds", "engine_seconds", "probe_seconds"}
+)
+# Text that ends in the date of its evidence, e.g. "predicted: ... (gate-only) (2026-12-01)": only that date is masked.
+VOLATILE_TEXT = {"evidence": re.compile(r" \(\d{4}-\d{2}-\d{2}\)$")}
 
 
 def differences(
@@ -44,13 +61,40 @@ def differences(
         yield path, old, new
 
 
+def masked(document: object, key: str = "") -> object:
+    """``document`` with what is volatile by nature (--volatile) replaced by one placeholder."""
+    if isinstance(document, dict):
+        return {k: "(volatile)" if k in VOLATILE_KEYS else masked(v, k) for k, v in document.items()}
+    if isinstance(document, list):
+        return [masked(item, key) for item in document]
+    if isinstance(document, str) and key in VOLATILE_TEXT:
+        return VOLATILE_TEXT[key].sub(" (date)", document)
+    return document
+
+
+def exact_differences(old: object, new: object) -> Iterator[tuple[str, object, object]]:
+    """--volatile: every difference of the masked documents, a key only NEW has included."""
+    old, new = masked(old), masked(new)
+    yield from differences(old, new, ignored=frozenset())
+    # Both ways: the keys only NEW has, which the one-way walk above does not look for.
+    for path, value, missing in differences(new, old, ignored=frozenset()):
+        if missing == "(absent)":
+            yield path, "(absent)", value
+
+
 def main(argv: list[str]) -> int:
     ignored = set(IGNORED_ANYWHERE)
-    while len(argv) > 2 and argv[0] == "--ignore":
+    volatile = argv[:1] == ["--volatile"]
+    argv = argv[1:] if volatile else argv
+    while len(argv) > 2 and argv[0] == "--ignore" and not volatile:
         ignored.add(argv[1])
         argv = argv[2:]
     if len(argv) != 2:
-        print("usage: python3 tools/compat_diff.py [--ignore KEY]... OLD NEW", file=sys.stderr)
+        print(
+            "error: two reports to compare are needed: run python3 tools/compat_diff.py [--ignore KEY]... OLD NEW, "
+            "or --volatile COMMITTED PRODUCED",
+            file=sys.stderr,
+        )
         return 2
     documents = []
     for name in argv:
@@ -61,7 +105,8 @@ def main(argv: list[str]) -> int:
             print(f"error: {name} cannot be read as JSON: {exc}", file=sys.stderr)
             return 2
     found = 0
-    for path, old, new in differences(*documents, ignored=frozenset(ignored)):
+    found_all = exact_differences(*documents) if volatile else differences(*documents, ignored=frozenset(ignored))
+    for path, old, new in found_all:
         found += 1
         print(f"{path}: {json.dumps(old, ensure_ascii=False)} -> {json.dumps(new, ensure_ascii=False)}")
     print(f"{found} difference(s) between {argv[0]} and {argv[1]}", file=sys.stderr)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import ROOT
+from test_report import gate_case, write_suite
+
+from matrix.report import render_json
+from matrix.report.model import build_report
 
 SCRIPT = ROOT / "tools" / "compat_diff.py"
 OLD = {
@@ -20,6 +26,9 @@ OLD = {
         },
     ],
 }
+
+
+CELL = "cuda-linux-v1-graph"
 
 
 def compare(tmp_path, new: dict, *options: str) -> subprocess.CompletedProcess:
@@ -65,3 +74,53 @@ def test_an_ignored_key_is_no_difference_anywhere_and_everything_else_still_is(t
     done = compare(tmp_path, new, "--ignore", "counts")
     assert done.returncode == 1
     assert done.stdout.splitlines() == ['$.versions[0].cells[0].status: "pass" -> "regression"']
+
+
+def published(tmp_path, monkeypatch, day: int, kit_commit: str, failure: str = "") -> Path:
+    """compat.json of one cell's gate results as run and reported on day ``day`` of December by ``kit_commit``.
+
+    Each in a clone of its own, read by the relative paths publish gives the report.
+    """
+    clone = tmp_path / f"{day}-{kit_commit}"
+    (clone / "results").mkdir(parents=True)
+    run = {"started": f"2026-12-{day:02}T09:00:00+00:00", "env_hash": f"{day:016x}", "runner_name": f"vm{day}"}
+    cases = [gate_case(f"test_gate_value[{CELL}-pin]", "pin", "unset", "True", failure)]
+    write_suite(clone / "results" / f"{CELL}.xml", CELL, cases, kit_commit=kit_commit, **run)
+    monkeypatch.chdir(clone)
+    now = dt.datetime(2026, 12, day, 12, tzinfo=dt.UTC)
+    render_json.write(build_report([f"results/{CELL}.xml"], kit_commit=kit_commit, now=now), clone / "compat.json")
+    return clone / "compat.json"
+
+
+def compat_diff(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True)
+
+
+def cell_index(path: Path) -> int:
+    return [cell["id"] for cell in json.loads(path.read_text())["versions"][0]["cells"]].index(CELL)
+
+
+def test_reports_of_the_same_results_on_other_days_and_commits_are_the_same_under_volatile(tmp_path, monkeypatch):
+    committed, produced = published(tmp_path, monkeypatch, 1, "aaaa"), published(tmp_path, monkeypatch, 9, "bbbb")
+    assert compat_diff(committed, produced).returncode == 1  # without the mask they differ: dates, commits
+    done = compat_diff("--volatile", committed, produced)
+    assert done.returncode == 0 and done.stdout == "", done.stdout
+
+
+def test_a_case_outcome_changed_is_a_difference_under_volatile(tmp_path, monkeypatch):
+    committed = published(tmp_path, monkeypatch, 1, "aaaa")
+    produced = published(tmp_path, monkeypatch, 9, "bbbb", failure='<failure message="observed False">False</failure>')
+    done = compat_diff("--volatile", committed, produced)
+    assert done.returncode == 1
+    outcome = f'$.versions[0].cells[{cell_index(committed)}].cases[0].attempts[0].outcome: "passed" -> "failed"'
+    assert outcome in done.stdout.splitlines()
+
+
+def test_a_key_only_the_produced_report_has_is_a_difference_under_volatile(tmp_path, monkeypatch):
+    committed = published(tmp_path, monkeypatch, 1, "aaaa")
+    document = json.loads(committed.read_text())
+    document["versions"][0]["added"] = True
+    produced = tmp_path / "produced.json"
+    produced.write_text(json.dumps(document))
+    done = compat_diff("--volatile", committed, produced)
+    assert done.returncode == 1 and done.stdout.splitlines() == ['$.versions[0].added: "(absent)" -> true']

@@ -324,8 +324,10 @@ def kit_steps(session: RecordingSession) -> list[list[str]]:
     return steps
 
 
-def test_history_runs_each_release_through_the_cell_sessions_path(tmp_path):
+def test_history_runs_each_release_through_the_cell_sessions_path(tmp_path, monkeypatch):
     import noxfile
+
+    monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
 
     gate = RecordingSession("gate", tmp_path / "gate", [])
     history = RecordingSession("history", tmp_path / "history", ["--versions", "0.33.0"])
@@ -347,4 +349,37 @@ def test_history_runs_each_release_through_the_cell_sessions_path(tmp_path):
     (pytest_run,) = [command for command in history.commands if command[1:3] == ("-m", "pytest")]
     assert f"--plan={history.tmp / '0.33.0' / 'plan.json'}" in pytest_run
     (split,) = [command for command in history.commands if command[2:4] == ("matrix", "split")]
-    assert split[split.index("--out") + 1] == str(ROOT / "results" / "history" / "0.33.0")
+    # Into a directory of its own, whence the history cache stores it and copies it to results/history/0.33.0/.
+    assert split[split.index("--out") + 1] == str(history.tmp / "computed" / "0.33.0")
+
+
+class SplittingSession(RecordingSession):
+    """A RecordingSession whose `matrix split` writes a cell's results, as the real one does."""
+
+    def run(self, *args: str, **kwargs: object) -> str:
+        if args[2:4] == ("matrix", "split"):
+            out = Path(args[args.index("--out") + 1])
+            (out / "cuda-linux-v1-graph.xml").write_text(
+                '<testsuites><testsuite name="cuda-linux-v1-graph"><testcase classname="c" name="n"/>'
+                "</testsuite></testsuites>"
+            )
+        return super().run(*args, **kwargs)
+
+
+def test_history_reuses_a_release_whose_key_is_unchanged_and_fresh_runs_it_again(tmp_path, monkeypatch):
+    import noxfile
+
+    monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(noxfile, "RESULTS", tmp_path / "results")
+
+    def pytest_runs(*posargs: str) -> int:
+        session = SplittingSession("history", tmp_path / f"run{len(list(tmp_path.glob('run*')))}", list(posargs))
+        session.tmp.mkdir()
+        noxfile.history(session)
+        assert (tmp_path / "results" / "history" / "0.33.0" / "cuda-linux-v1-graph.xml").is_file()
+        return sum(command[1:3] == ("-m", "pytest") for command in session.commands)
+
+    assert pytest_runs("--versions", "0.33.0") == 1
+    assert pytest_runs("--versions", "0.33.0") == 0
+    assert pytest_runs("--versions", "0.33.0", "--fresh") == 1
+    assert pytest_runs("--versions", "0.33.0", "--recheck", "auto") == 1

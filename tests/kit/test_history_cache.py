@@ -1,0 +1,275 @@
+"""matrix.history_cache: the key of a release's history results, and the cache `nox -s history` reuses them from."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from matrix import history_cache
+from matrix.groups import GROUP_TESTS
+from matrix.history_cache import KeyInputs, Outcome, key_files, key_inputs, recheck_choice, run_history
+
+COMMANDS = ("env", "plan", "split")
+TESTS = GROUP_TESTS["gate"]
+
+
+def inputs_of(root: Path, version: str = "0.33.0", lock: str = "torch==2.13.0\n") -> KeyInputs:
+    return key_inputs(
+        root,
+        version,
+        lock=lock,
+        torch="torch==2.13.0",
+        python="3.11.7",
+        executions=[("cuda-linux-v1-graph", "gate-only")],
+        recipe="def _test_cells(): ...",
+        files=key_files(root, TESTS, COMMANDS),
+    )
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory) -> Path:
+    """A copy of the kit's code and data, to change files in."""
+    root = tmp_path_factory.mktemp("kit")
+    ignore = shutil.ignore_patterns("__pycache__")
+    for tree in ("matrix", "repro", "tests/cell"):
+        shutil.copytree(ROOT / tree, root / tree, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, root / name)
+    return root
+
+
+@contextlib.contextmanager
+def appended(path: Path, text: str = "\n# changed\n") -> Iterator[None]:
+    """``path`` with ``text`` added, until the block ends."""
+    before = path.read_bytes()
+    path.write_bytes(before + text.encode())
+    try:
+        yield
+    finally:
+        path.write_bytes(before)
+
+
+def test_the_key_files_are_the_tests_what_they_import_of_the_kit_and_the_data_it_reads(kit):
+    files = key_files(kit, TESTS, COMMANDS)
+    for needed in (*TESTS, "tests/cell/conftest.py", "matrix/expectations.toml", "repro/tinymodel.py"):
+        assert needed in files
+    for unrelated in ("matrix/report/render_html.py", "matrix/report/templates/page.js", "README.md"):
+        assert unrelated not in files
+    assert not any(name.startswith("tests/kit/") for name in files)
+
+
+@pytest.mark.parametrize(
+    "changed", ["matrix/expectations.toml", "repro/tinymodel.py", "tests/cell/conftest.py", "matrix/envelope.py"]
+)
+def test_a_changed_kit_file_of_the_run_changes_the_key(kit, changed):
+    before = inputs_of(kit).key
+    with appended(kit / changed):
+        assert inputs_of(kit).key != before
+    assert inputs_of(kit).key == before
+
+
+@pytest.mark.parametrize("unrelated", ["matrix/report/render_html.py", "README.md", "matrix/report/templates/page.css"])
+def test_a_file_the_run_never_touches_leaves_the_key(kit, unrelated):
+    before = inputs_of(kit).key
+    with appended(kit / unrelated):
+        assert inputs_of(kit).key == before
+
+
+def test_the_release_and_the_lock_are_in_the_key(kit):
+    key = inputs_of(kit).key
+    assert inputs_of(kit, version="0.32.0").key != key
+    assert inputs_of(kit, lock="torch==2.13.0\ntransformers==5.16.1\n").key != key
+
+
+# A real run's process, as far as it goes without a release's venv: pytest collects the gate tests of all 24
+# cells, and `python -m matrix env`, `plan` and `split` run; it then names every kit file imported or opened.
+REAL_RUN = """
+import json, os, sys
+from pathlib import Path
+
+root = Path(sys.argv[1]).resolve()
+tmp = Path(sys.argv[2])
+opened = set()
+
+
+def hook(event, args):
+    if event == "open" and isinstance(args[0], str | bytes | os.PathLike):
+        opened.add(os.path.abspath(os.fsdecode(args[0])))
+
+
+sys.addaudithook(hook)
+import pytest
+
+from matrix.__main__ import main
+
+assert pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *sys.argv[3:]]) == 0
+assert main(["env", "--out", str(tmp / "env.json")]) == 0
+assert main(["plan", "--cells", "all", "--env", str(tmp / "env.json"), "--out", str(tmp / "plan.json")]) == 0
+split = ["split", str(tmp / "none.xml"), "--cells", "all", "--plan", str(tmp / "plan.json"), "--env"]
+assert main([*split, str(tmp / "env.json"), "--out", str(tmp / "out"), "--crashed-if-missing"]) == 0
+used = {m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)} | opened
+mine = set()
+for name in used:
+    path = Path(name).resolve()
+    if path.is_file() and root in path.parents and path.suffix != ".pyc" and tmp not in path.parents:
+        if not path.relative_to(root).parts[0].startswith("."):
+            mine.add(str(path.relative_to(root)))
+print(json.dumps(sorted(mine)))
+"""
+
+
+def test_the_key_files_cover_every_kit_file_a_real_run_imports_or_reads(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", REAL_RUN, str(ROOT), str(tmp_path), *TESTS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    used = set(json.loads(done.stdout.splitlines()[-1]))
+    assert {"pyproject.toml", "tests/cell/conftest.py", "matrix/junit.py"} <= used  # what the probe sees: reads too
+    assert used - set(key_files(ROOT, TESTS, COMMANDS)) == set()
+
+
+# --- the cache, driven by a stand-in for a release's run ------------------------------------------------
+
+
+def cell_xml(observed: str, seconds: str, started: str) -> str:
+    """A cell's results as `matrix split` writes them: an envelope and one gate case."""
+    return (
+        '<testsuites><testsuite name="cuda-linux-v1-graph"><properties>'
+        f'<property name="vllm_version" value="0.33.0"/><property name="started_at" value="{started}"/>'
+        '</properties><testcase classname="tests.cell.test_gate" name="test_gate_value[pin]" time="1.5">'
+        f'<properties><property name="observed" value="{observed}"/><property name="gate_seconds" value="{seconds}"/>'
+        "</properties></testcase></testsuite></testsuites>"
+    )
+
+
+class Release:
+    """A stand-in for one release's run: writes its cell, and counts how often it ran."""
+
+    def __init__(self, observed: str = "True") -> None:
+        self.observed, self.runs = observed, []
+
+    def __call__(self, version: str, out: Path) -> None:
+        self.runs.append(version)
+        started = f"2026-12-0{len(self.runs)}T09:00:00+00:00"  # another time and duration each run: volatile
+        (out / "cuda-linux-v1-graph.xml").write_text(cell_xml(self.observed, f"{len(self.runs)}.0", started))
+        (out / "cuda-linux-v1-graph.env.json").write_text(json.dumps({"started_at": started}))
+
+
+def history(tmp_path: Path, compute, versions=("0.32.0", "0.33.0"), **options) -> list[Outcome]:
+    releases = [KeyInputs(v, "lock", "torch==2.13.0", "3.11.7", (), "recipe", ()) for v in versions]
+    said: list[str] = []
+    outcomes = run_history(
+        releases,
+        compute,
+        results=tmp_path / "results",
+        cache=tmp_path / "cache",
+        scratch=tmp_path / "scratch",
+        say=said.append,
+        **options,
+    )
+    assert said == [o.line() for o in outcomes]
+    return outcomes
+
+
+def test_a_second_run_reuses_every_release_and_places_the_same_files(tmp_path):
+    release = Release()
+    assert [o.action for o in history(tmp_path, release)] == ["computed", "computed"]
+    first = (tmp_path / "results" / "0.33.0" / "cuda-linux-v1-graph.xml").read_text()
+    (tmp_path / "results" / "0.33.0" / "leftover.xml").write_text("<testsuites/>")
+    outcomes = history(tmp_path, release)
+    assert [o.action for o in outcomes] == ["reused", "reused"] and release.runs == ["0.32.0", "0.33.0"]
+    assert sorted(p.name for p in (tmp_path / "results" / "0.33.0").iterdir()) == [
+        "cuda-linux-v1-graph.env.json",
+        "cuda-linux-v1-graph.xml",
+    ]
+    assert (tmp_path / "results" / "0.33.0" / "cuda-linux-v1-graph.xml").read_text() == first
+    assert outcomes[0].line().startswith(f"vLLM 0.32.0: reused (key {outcomes[0].key}) in ")
+
+
+def test_fresh_recomputes_every_release(tmp_path):
+    history(tmp_path, Release())
+    release = Release()
+    assert [o.action for o in history(tmp_path, release, fresh=True)] == ["computed", "computed"]
+    assert release.runs == ["0.32.0", "0.33.0"]
+
+
+def test_a_recheck_that_differs_only_in_timings_passes(tmp_path):
+    history(tmp_path, Release())
+    (outcome,) = [o for o in history(tmp_path, Release(), recheck=frozenset({"0.33.0"})) if o.version == "0.33.0"]
+    assert (outcome.action, outcome.differences) == ("recomputed", ())
+    assert "recomputed, same as its cached copy" in outcome.line()
+
+
+def test_a_recheck_that_differs_names_each_difference_and_keeps_the_cached_copy(tmp_path):
+    history(tmp_path, Release())
+    outcomes = history(tmp_path, Release(observed="False"), recheck=frozenset({"0.33.0"}))
+    assert [o.action for o in outcomes] == ["reused", "recomputed"]
+    assert outcomes[1].differences == (
+        "cuda-linux-v1-graph.xml: tests.cell.test_gate::test_gate_value[pin]: observed: 'True' -> 'False'",
+    )
+    assert "DIFFERS" in outcomes[1].line()
+    again = Release(observed="False")
+    assert [o.action for o in history(tmp_path, again)] == ["reused", "reused"] and again.runs == []
+    cached = (tmp_path / "results" / "0.33.0" / "cuda-linux-v1-graph.xml").read_text()
+    assert 'value="True"' in cached
+
+
+def test_a_run_cut_short_stores_nothing_and_a_damaged_entry_is_never_used(tmp_path):
+    def cut_short(version: str, out: Path) -> None:
+        (out / "cuda-linux-v1-graph.xml").write_text("<testsuites>")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        history(tmp_path, cut_short, versions=("0.33.0",))
+    assert not (tmp_path / "cache" / "0.33.0").exists() or not any((tmp_path / "cache" / "0.33.0").iterdir())
+    (outcome,) = history(tmp_path, Release(), versions=("0.33.0",))
+    assert outcome.action == "computed"
+    entry = tmp_path / "cache" / "0.33.0" / outcome.key
+    (entry / "cuda-linux-v1-graph.xml").write_text("<testsuites>")  # changed after it was stored: not whole
+    # A half-copied entry left by something else, under the partial prefix: never read as an entry.
+    shutil.copytree(entry, entry.parent / f"{history_cache.PARTIAL_PREFIX}x")
+    release = Release()
+    (outcome,) = history(tmp_path, release, versions=("0.33.0",))
+    assert outcome.action == "computed" and release.runs == ["0.33.0"]
+    assert history_cache.cached_entry(entry) == entry
+
+
+def test_a_release_whose_vllm_child_timed_out_is_placed_but_never_stored(tmp_path):
+    def busy_machine(version: str, out: Path) -> None:
+        failure = '<failure message="no answer from vLLM under this host (timeout): killed after 180 s"/>'
+        (out / "cuda-linux-v1-graph.xml").write_text(
+            f'<testsuites><testsuite name="cuda-linux-v1-graph"><testcase classname="c" name="n">{failure}'
+            "</testcase></testsuite></testsuites>"
+        )
+
+    (outcome,) = history(tmp_path, busy_machine, versions=("0.33.0",))
+    assert outcome.action == "computed, not stored: a vLLM child timed out"
+    assert (tmp_path / "results" / "0.33.0" / "cuda-linux-v1-graph.xml").is_file()
+    assert history_cache.cached_entry(tmp_path / "cache" / "0.33.0" / outcome.key) is None
+
+
+def test_recheck_auto_is_the_newest_and_one_other_picked_by_the_commit():
+    versions = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
+    picks = {recheck_choice(versions, f"{n:040x}") for n in range(6)}
+    assert all(len(p) == 2 and "0.33.0" in p for p in picks) and len(picks) == 3
+    assert recheck_choice(versions, "1" * 40) == recheck_choice(versions, "1" * 40)
+    assert recheck_choice(("0.33.0",), "1" * 40) == {"0.33.0"}
+
+
+def test_the_cache_is_named_by_its_variable_else_under_the_user_cache(tmp_path):
+    assert history_cache.cache_dir({"WSLPIN_HISTORY_CACHE": str(tmp_path)}) == tmp_path
+    expected = tmp_path / "wslpin-kit" / "history"
+    assert history_cache.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == expected
+    assert history_cache.cache_dir({}) == Path.home() / ".cache" / "wslpin-kit" / "history"
