@@ -543,15 +543,30 @@ def _stand_in_env(as_host: str | None, stand_in_gpu: bool) -> dict[str, str]:
 def tests(session: nox.Session) -> None:
     """The kit's own test suite (what CI runs), against the real vLLM the kit pins.
 
-    `-- --as-host wsl2new` runs it as a WSL2 machine sees itself, `-- --stand-in-gpu` as a machine whose
-    nvidia-smi lists a CUDA GPU; anything else goes to pytest.
+    `-- --as-host wsl2new` runs its tests marked reads_host as a WSL2 machine sees itself, `-- --stand-in-gpu`
+    as a machine whose nvidia-smi lists a CUDA GPU; anything else goes to pytest (a `-m` of your own replaces
+    the mark's: `-m ''` runs every test).
     """
     parser = argparse.ArgumentParser(prog="nox -s tests --", add_help=False)
     parser.add_argument("--as-host", choices=[str(host) for host in Host if host.is_wsl])
     parser.add_argument("--stand-in-gpu", action="store_true")
     args, pytest_args = parser.parse_known_args(session.posargs)
     _install(session, VLLM_VERSION, full=False)
-    session.run("python", "-m", "pytest", *pytest_args, env=_stand_in_env(args.as_host, args.stand_in_gpu))
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        *_host_selection(args.as_host, args.stand_in_gpu),
+        *pytest_args,
+        env=_stand_in_env(args.as_host, args.stand_in_gpu),
+    )
+
+
+def _host_selection(as_host: str | None, stand_in_gpu: bool) -> list[str]:
+    """Another host changes only what reads the machine: the tests marked so (tests/kit/host_reads.py keeps them
+    marked). First, because pytest keeps the last `-m`: the user's own selects instead.
+    """
+    return ["-m", "reads_host"] if as_host or stand_in_gpu else []
 
 
 SMOKE = ROOT / "build" / "docker-smoke"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from matrix.cells import Host
+from matrix.host import reads
 from matrix.variables import FLASHINFER_SAMPLER
 from repro import emulation
 
@@ -103,6 +104,8 @@ def engine_kwargs(spec: dict) -> dict:
 def run(spec: dict) -> dict:
     if spec["present_host"]:
         emulation.present_host(Host(spec["host"]))
+    else:
+        reads.record("engine child: vLLM sees this machine's uname")
     started = time.monotonic()
     result: dict = {"status": "failed"}
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from matrix.cells import Cell
+from matrix.host import reads
 from matrix.plan import CellPlan, Execution
 from repro import emulation
 from repro.answers import run_remembered, tree_digest
@@ -104,6 +105,8 @@ def check(request: ConfigRequest, cache_root: str) -> dict[str, dict]:
     first = request.runs[0]
     if first.present_host:
         emulation.present_host(first.cell.host)
+    else:
+        reads.record("engine-config child: vLLM sees this machine's uname")
     if request.stub_gpu:
         emulation.stub_gpu(first.cell.stack)
     try:

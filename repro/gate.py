@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from matrix.cells import Cell, Host, Runner, Stack
+from matrix.host import reads
 from matrix.host.edges import KERNEL_EDGES, KernelEdge
 from matrix.plan import CellPlan, Execution
 from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY, UNSET, V2_MODEL_RUNNER
@@ -150,6 +151,8 @@ def decide(request: GateRequest) -> dict:
     PIN_MEMORY.apply(os.environ, request.pin_env)
     if request.present_host:
         emulation.present_host(request.host)
+    else:
+        reads.record("gate child: vLLM sees this machine's uname")
     if request.stub_gpu:
         emulation.stub_gpu(request.stack)
 

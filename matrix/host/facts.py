@@ -18,6 +18,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from matrix.host import reads
 from matrix.host.classify import Gpu, HostFacts, detect, environment_record
 
 # WSL keeps the Windows-side tools here; they are not always on PATH.
@@ -123,6 +124,7 @@ def _torch_requirement(requires: list[str]) -> str | None:
 
 
 def collect_facts() -> HostFacts:
+    reads.record("collect_facts: uname, environment, /proc, /dev, GPU and WSL tools, torch and vLLM metadata")
     uname = platform.uname()
     tools = {name: _which(name) for name in ("nvidia-smi", "amd-smi", "rocm-smi", "wsl.exe")}
     return HostFacts(
@@ -189,4 +191,7 @@ def kit_commit() -> str:
 
 def runner_name() -> str:
     """The CI runner's name where there is one, else this machine's."""
-    return os.environ.get("RUNNER_NAME") or platform.node()
+    if os.environ.get("RUNNER_NAME"):
+        return os.environ["RUNNER_NAME"]
+    reads.record("runner_name: the node name")
+    return platform.node()

@@ -32,6 +32,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from matrix.host import reads
+
 LOG_TAIL_LINES = 15
 CANCEL_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # What a group gets after SIGTERM before SIGKILL: vLLM's API server shuts its engine down gracefully.
@@ -138,6 +140,7 @@ def process_memory(pid: int) -> ProcessMemory:
 
 def gpu_bytes(pids: list[int]) -> int | None:
     """GPU memory held by these processes, from nvidia-smi; None where there is none to ask."""
+    reads.record("gpu_bytes: nvidia-smi")
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
@@ -202,6 +205,7 @@ def gpu_memory_reader() -> tuple[GpuMemoryReader | None, str]:
     nvidia-ml-py's binding (the bench extra), not vLLM's copy of it: importing that would import
     vLLM and torch into the bench's own process.
     """
+    reads.record("gpu_memory_reader: NVML")
     try:
         import pynvml
     except ImportError:

@@ -63,3 +63,15 @@ def nox_listing() -> str:
     done = run_module("nox", "-l", "--json")
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+# --- The reads_host mark (issue 21) ---------------------------------------------------------------------
+# The host variants of `nox -s tests` run only the tests marked reads_host; the plugin's hooks, imported into
+# this conftest so pytest registers them, fail a test that reads the machine without the mark. They live in a
+# module of their own so that test_host_marker.py can load them into a pytest run of its own (`-p host_reads`).
+from host_reads import (  # noqa: E402, F401
+    pytest_configure,
+    pytest_fixture_setup,
+    pytest_runtest_makereport,
+    pytest_runtest_protocol,
+)

@@ -35,6 +35,7 @@ def config(tmp_path: Path, cell: str = "cuda-wsl2new-v2-graph", **kw) -> BenchCo
     return BenchConfig(plan=plan, arms=ARMS, out=tmp_path, **({"model": "wslpin-tiny", "server": "fake"} | QUICK | kw))
 
 
+@pytest.mark.reads_host
 def test_arms_alternate_and_differ_only_in_the_opt_in_variable(tmp_path):
     done = run_bench(config(tmp_path, profile=False), say=lambda _: None)
     assert not done.failure
@@ -47,6 +48,7 @@ def test_arms_alternate_and_differ_only_in_the_opt_in_variable(tmp_path):
     assert unset["VLLM_USE_V2_MODEL_RUNNER"] == "1" and unset["OTHER"] == "kept"
 
 
+@pytest.mark.reads_host
 def test_the_known_effect_is_found_with_memory_and_profile_figures(tmp_path):
     done = run_bench(config(tmp_path, requests=16), say=lambda _: None)
     doc = record.document(done, _here(), kit_commit="test")
@@ -71,6 +73,7 @@ def test_a_server_that_cannot_start_stops_the_run_with_its_reason(tmp_path):
     assert done.rounds == []
 
 
+@pytest.mark.reads_host
 def test_a_server_that_dies_mid_run_is_a_result_not_a_traceback(tmp_path):
     done = run_bench(config(tmp_path, server_args=("--die-after", "4")), say=lambda _: None)
     assert "requests sent to pin=unset (round 1 of 2) failed at concurrency 1" in done.failure
@@ -126,6 +129,7 @@ def test_an_emulated_cell_presents_its_host_to_every_server_process(tmp_path):
     assert shown.stdout.strip() == Host.WSL2OLD.emulated_release
 
 
+@pytest.mark.reads_host
 def test_gpu_memory_is_read_from_nvidia_smi_for_the_servers_processes(tmp_path, monkeypatch):
     # There is no GPU here: a stand-in nvidia-smi prints what the real one prints for
     # `--query-compute-apps=pid,used_memory --format=csv,noheader,nounits`.
@@ -159,6 +163,7 @@ def test_the_trace_reader_counts_overlapping_kernels_once():
         profile.step_profile([events[-1]], steps=2)
 
 
+@pytest.mark.reads_host
 def test_the_cli_writes_json_markdown_and_plots_and_the_report_shows_none_of_the_test_servers(tmp_path):
     out = tmp_path / "bench" / "cuda-wsl2new-v2-graph"
     done = run_module(
@@ -196,6 +201,7 @@ def test_the_cli_writes_json_markdown_and_plots_and_the_report_shows_none_of_the
         assert "test server" not in text and doc["headline"]["verdict"] not in text, name
 
 
+@pytest.mark.reads_host
 def test_the_cli_refuses_vllm_without_the_cells_gpu_and_names_the_way_out():
     # Every host lacks some cell's GPU: a CUDA machine the ROCm cells', a ROCm machine the CUDA cells'.
     cell = next(p.cell for p in plan_cells(select(None), _here()) if not p.execution.uses_gpu)

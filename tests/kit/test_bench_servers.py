@@ -46,6 +46,7 @@ def _bench(out: Path, *args: str, server_args: tuple[str, ...] = ()) -> list[str
         ("malformed", "malformed stream: an event is not JSON"),
     ],
 )
+@pytest.mark.reads_host
 def test_a_stream_that_never_ends_trickles_or_is_not_json_is_a_failed_request(tmp_path, stream, reason):
     done = subprocess.run(
         _bench(tmp_path, "--requests", "4", "--request-timeout", "3", server_args=("--stream", stream)),
@@ -89,6 +90,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.reads_host
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_the_bench_stops_its_server_group_and_writes_the_record(tmp_path, sig):
     bench = subprocess.Popen(
@@ -113,6 +115,7 @@ def test_a_signal_to_the_bench_stops_its_server_group_and_writes_the_record(tmp_
     assert doc["outcome"] == "failed" and doc["failure"] == f"the benchmark was stopped by {sig.name}"
 
 
+@pytest.mark.reads_host
 def test_a_bench_killed_outright_takes_its_server_with_it(tmp_path):
     bench = subprocess.Popen(
         _bench(tmp_path, "--requests", "100000"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -145,6 +148,7 @@ def test_stopping_a_server_waits_for_its_whole_group(tmp_path):
     assert servers.group_members(server.process.pid) == []
 
 
+@pytest.mark.reads_host
 def test_the_memory_sampler_reads_the_servers_group(tmp_path):
     # An mlock-ed buffer in the pin=1 arm's server, as in the A/B run, and its resident memory.
     config = BenchConfig(
@@ -173,6 +177,7 @@ def test_gpu_memory_is_waited_for_until_it_returns_or_the_wait_ends():
     assert not held.returned and held.above_baseline == 3 << 30
 
 
+@pytest.mark.reads_host
 def test_without_nvml_the_record_says_gpu_memory_was_not_checked():
     reader, why = servers.gpu_memory_reader()
     if reader is not None:
@@ -229,6 +234,7 @@ def test_a_cpu_only_trace_says_how_many_engine_steps_it_holds():
         profile.step_profile(events, steps=2)
 
 
+@pytest.mark.reads_host
 def test_a_cpu_engine_run_is_labelled_and_never_a_cells_evidence(tmp_path):
     plan = CellPlan(Cell.parse("cuda-linux-v1-eager"), Execution.GATE_ONLY, "no GPU here")
     config = BenchConfig(plan=plan, model="m", arms=ARMS, out=tmp_path, server=PLUMBING_SERVER)

@@ -81,6 +81,7 @@ def split(raw, env, plan, out) -> subprocess.CompletedProcess:
     return run_module("matrix", "split", str(raw), "--plan", str(plan), "--env", str(env), "--out", str(out))
 
 
+@pytest.mark.reads_host
 def test_split_of_a_file_that_does_not_exist_refuses_and_writes_nothing(tmp_path, env_record, plan):
     done = split(tmp_path / "absent.xml", env_record, plan, tmp_path)
     line = one_error_line(done)
@@ -89,6 +90,7 @@ def test_split_of_a_file_that_does_not_exist_refuses_and_writes_nothing(tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.reads_host
 def test_split_of_a_truncated_file_refuses_and_writes_nothing(tmp_path, env_record, plan):
     raw = tmp_path / "junit.xml"
     raw.write_text('<testsuites><testsuite name="pytest"><testcase classname="x" name')
@@ -106,6 +108,7 @@ def test_split_of_a_truncated_file_refuses_and_writes_nothing(tmp_path, env_reco
         ('{"schema": "something/9"}', "is not an environment record (schema wslpin-kit.env/1)"),
     ],
 )
+@pytest.mark.reads_host
 def test_split_with_a_garbage_env_record_refuses_and_writes_nothing(tmp_path, plan, text, says):
     env, out = tmp_path / "env.json", tmp_path / "results"
     env.write_text(text)

@@ -181,6 +181,7 @@ def assert_one_error_line(done, says: str) -> None:
     assert last.startswith("error: ") and says in last
 
 
+@pytest.mark.reads_host
 def test_no_engine_is_a_crashed_cell_with_the_reason(tmp_path):
     socket = tmp_path / "no-engine.sock"
     done = run_container(
@@ -194,6 +195,7 @@ def test_no_engine_is_a_crashed_cell_with_the_reason(tmp_path):
     assert (props["cell_id"], props["image"], props["image_digest"]) == (GATE_ONLY_CELL, "wslpin-smoke:any", "")
 
 
+@pytest.mark.reads_host
 def test_a_missing_device_is_a_crashed_cell_before_any_engine_is_asked(tmp_path):
     if os.path.exists("/dev/kfd"):
         pytest.skip("this machine has /dev/kfd: the device is not missing here")

@@ -89,6 +89,7 @@ def test_its_schema_is_the_reports():
     assert COMPAT_SCHEMA == REPORT_SCHEMA
 
 
+@pytest.mark.reads_host
 def test_an_emulated_wsl2_cuda_machine_gets_its_cell_and_says_what_it_read(compat):
     release = installed_release()
     if release is None:
@@ -106,6 +107,7 @@ def test_an_emulated_wsl2_cuda_machine_gets_its_cell_and_says_what_it_read(compa
     assert f'check it here: nox -s "cell(cuda, wsl2new, {runner}, graph)" -- --vllm {release}' in text
 
 
+@pytest.mark.reads_host
 def test_the_runner_variable_picks_the_runner_and_an_opt_in_already_made_is_said(compat):
     env = emulated(Host.WSL2NEW, **{V2_MODEL_RUNNER.name: "0", PIN_MEMORY.name: "1"})
     got = answered(doctor("--json", "--vllm", "0.33.0", "--matrix", str(compat), env=env))
@@ -128,6 +130,7 @@ def test_the_runner_variable_picks_the_runner_and_an_opt_in_already_made_is_said
         ("6.8.0-45-generic", "linux"),
     ],
 )
+@pytest.mark.reads_host
 def test_flags_override_what_the_machine_says(compat, kernel, host):
     env = emulated(Host.WSL2NEW, **{V2_MODEL_RUNNER.name: "1"})
     flags = ("--kernel", kernel, "--stack", "rocm", "--vllm", "0.30.0", "--runner", "v1", "--mode", "eager")
@@ -136,6 +139,7 @@ def test_flags_override_what_the_machine_says(compat, kernel, host):
     assert got["advice"]["engine_start"] == f"engine_start advice for rocm-{host}-v1-eager at 0.30.0"
 
 
+@pytest.mark.reads_host
 def test_a_release_the_matrix_lacks_gets_the_nearest_older_one_said_plainly(compat):
     flags = ("--stack", "cuda", "--kernel", "6.8.0-45-generic", "--matrix", str(compat))
     got = answered(doctor("--json", "--vllm", "0.32.5", *flags, env=_clean_env()))
@@ -147,6 +151,7 @@ def test_a_release_the_matrix_lacks_gets_the_nearest_older_one_said_plainly(comp
     assert not answered(doctor("--json", "--vllm", "0.33", *flags, env=_clean_env()))["nearest_older"]
 
 
+@pytest.mark.reads_host
 def test_a_release_the_matrix_does_not_say_the_default_runner_of_is_assumed_v2(compat):
     flags = ("--stack", "cuda", "--kernel", "6.8.0-45-generic", "--vllm", "0.25.1", "--matrix", str(compat))
     assert answered(doctor("--json", *flags, env=_clean_env()))["cell"] == "cuda-linux-v2-graph"
@@ -164,6 +169,7 @@ def test_a_release_the_matrix_does_not_say_the_default_runner_of_is_assumed_v2(c
         (("--runner", "v3"), "unknown runner 'v3'"),
     ],
 )
+@pytest.mark.reads_host
 def test_a_question_the_matrix_cannot_answer_is_one_line(compat, args, says):
     # argparse keeps an option's last value: ``args`` override the set-up before them.
     flags = ("--stack", "cuda", "--kernel", "6.8.0-45-generic", "--matrix", str(compat), *args)
@@ -185,6 +191,7 @@ def _bad_documents() -> dict[str, str]:
     }
 
 
+@pytest.mark.reads_host
 @pytest.mark.parametrize("what", [*_bad_documents(), "missing"])
 def test_a_matrix_file_of_another_shape_is_one_line_naming_it_and_what_to_do(tmp_path, what):
     path = tmp_path / "compat.json"
@@ -194,6 +201,7 @@ def test_a_matrix_file_of_another_shape_is_one_line_naming_it_and_what_to_do(tmp
     assert f"--matrix {path}" in line and "nox -s report" in line
 
 
+@pytest.mark.reads_host
 def test_the_json_holds_the_documented_keys_and_vocabulary(compat):
     got = answered(doctor("--json", "--stack", "cuda", "--matrix", str(compat), env=emulated(Host.WSL2NEW)))
     assert set(got) == KEYS
@@ -203,6 +211,7 @@ def test_the_json_holds_the_documented_keys_and_vocabulary(compat):
     assert got["evidence"]["level"] in {"predicted", "emulated", "native", "none"}
 
 
+@pytest.mark.reads_host
 def test_every_cell_and_release_is_answered_with_flags(compat):
     for vllm in DEFAULT_RUNNERS:
         for cell in CELLS:
@@ -215,6 +224,7 @@ def test_every_cell_and_release_is_answered_with_flags(compat):
             assert got["command"] == f'nox -s "{cell.session}" -- --vllm {vllm}'
 
 
+@pytest.mark.reads_host
 def test_no_gpu_and_no_stack_is_one_line_that_says_to_pass_it(compat, tmp_path):
     if os.path.exists("/dev/kfd") or os.path.exists("/dev/dxg") or os.path.isdir(WSL_LIB):
         pytest.skip("this machine has a GPU device or WSL's tools outside PATH")
@@ -231,6 +241,7 @@ def bare_python(tmp_path_factory) -> str:
     return str(where / "bin" / "python")
 
 
+@pytest.mark.reads_host
 def test_a_bare_python_answers(bare_python, compat):
     # -E -s: no PYTHONPATH, no user site; the venv has no packages. The kit is found from the clone.
     flags = ("--stack", "rocm", "--kernel", "4.19.104-microsoft-standard", "--matrix", str(compat))
@@ -244,6 +255,7 @@ def test_a_bare_python_answers(bare_python, compat):
     assert answered(done)["cell"].startswith("rocm-wsl2old-")
 
 
+@pytest.mark.reads_host
 def test_the_doctor_reads_a_real_reports_verdicts_for_each_cell(tmp_path):
     from test_verdicts import CUDA_NEW_KERNEL, CUDA_OLD_KERNEL, suite
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import require_gate_only, run_module
 from junitparser import JUnitXml
 
 from matrix.junit import case_properties
 from repro.tinymodel import tiny_model
+
+# Every test here reads the machine: its outcome is the host's (the host variants run them).
+pytestmark = pytest.mark.reads_host
 
 # One cell of each stack, runner and graph mode: the CUDA stand-in (NVML, compiled kernels) and ROCm's.
 CELLS = "cuda-wsl2new-v2-graph,rocm-wsl2old-v1-eager"

@@ -114,6 +114,7 @@ def test_every_engine_run_gets_a_compile_cache_of_its_own(tmp_path, monkeypatch)
     assert all(result.status == "failed" and "exited 3" in result.message for result in results.values())
 
 
+@pytest.mark.reads_host
 def test_the_engine_child_leaves_once_its_result_is_written(tmp_path, monkeypatch):
     require_gate_only("cuda-linux-v1-eager")
     # A teardown that never ends, standing in for vLLM's engine threads: a thread the interpreter would wait for.

@@ -103,6 +103,7 @@ def test_the_device_calls_fit_the_tool_and_are_the_documented_ones(device_kit):
     assert sum(parts.values()) <= gpu_run.CALL_LIMIT, parts
 
 
+@pytest.mark.reads_host
 def test_the_dry_run_writes_every_group_within_the_limits(dry_run):
     out, done = dry_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
@@ -127,6 +128,7 @@ def test_the_dry_run_writes_every_group_within_the_limits(dry_run):
     assert {properties(c)["cell"] for c in gate} == {cell.id for cell in select(DRY_CELLS)}
 
 
+@pytest.mark.reads_host
 def test_the_import_turns_the_folder_into_results_and_the_report(dry_run, tmp_path):
     out, _ = dry_run
     done = import_run(out, tmp_path)
@@ -145,6 +147,7 @@ def test_the_import_turns_the_folder_into_results_and_the_report(dry_run, tmp_pa
     assert props["runner_name"] == node and props["execution"] == "gate-only"
 
 
+@pytest.mark.reads_host
 def test_a_run_past_its_deadline_records_every_case_as_not_run(device_kit, tmp_path):
     require_gate_only(DRY_CELLS)
     out = tmp_path / "out"

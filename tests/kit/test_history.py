@@ -324,6 +324,7 @@ def kit_steps(session: RecordingSession) -> list[list[str]]:
     return steps
 
 
+@pytest.mark.reads_host
 def test_history_runs_each_release_through_the_cell_sessions_path(tmp_path, monkeypatch):
     import noxfile
 

@@ -7,6 +7,7 @@ and an observed value that hold line breaks, workflow commands and invisible cha
 import json
 from pathlib import Path
 
+import pytest
 from compat_file import compat_document
 from conftest import run_module
 
@@ -80,6 +81,7 @@ def test_an_error_quoting_an_input_is_one_line(tmp_path):
     assert done.stderr.startswith("error: no result for") and done.stderr.count("\n") == 1
 
 
+@pytest.mark.reads_host
 def test_the_doctor_prints_no_workflow_command_from_a_matrix_or_a_variable(tmp_path):
     """A --matrix is anyone's file, and the opt-in variable's value anyone's text: the doctor shows both inertly."""
     raw = (

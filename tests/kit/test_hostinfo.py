@@ -114,6 +114,7 @@ def test_record_round_trips_the_detected_host():
     assert environment_record(other)["env_hash"] != record["env_hash"]
 
 
+@pytest.mark.reads_host
 def test_env_command_on_this_machine(cli, tmp_path):
     out = tmp_path / "env.json"
     done = cli("env", "--out", str(out), env={"HF_TOKEN": "hf_secret_value", "VLLM_WSL2_ENABLE_PIN_MEMORY": "1"})
@@ -133,6 +134,7 @@ def test_env_command_on_this_machine(cli, tmp_path):
     assert "wrote" in done.stderr and record["env_hash"] in done.stderr
 
 
+@pytest.mark.reads_host
 def test_env_and_plan_work_on_a_bare_python(tmp_path):
     """A fresh runner has no torch, no vLLM, nothing installed: env and plan must still work."""
     import subprocess

@@ -91,6 +91,7 @@ def test_each_release_and_group_has_its_own_directory():
     assert run_dir(root, {"packages": {"vllm": {"version": "../.."}}}, "gate") == root / "unknown" / "gate"
 
 
+@pytest.mark.reads_host
 def test_gate_then_probe_then_repro_keeps_the_gate_results(tmp_path, env, plan, raw):
     results = tmp_path / "results"
     dirs = {group: split(results, raw[group], group, env, plan) for group in ("gate", "probe", "repro")}
@@ -107,6 +108,7 @@ def test_gate_then_probe_then_repro_keeps_the_gate_results(tmp_path, env, plan, 
     assert {Path(s).parent for s in sources} == set(dirs.values())
 
 
+@pytest.mark.reads_host
 def test_another_release_leaves_the_first_in_place(tmp_path, env, plan, raw):
     results = tmp_path / "results"
     first = split(results, raw["gate"], "gate", env, plan)
@@ -121,6 +123,7 @@ def test_another_release_leaves_the_first_in_place(tmp_path, env, plan, raw):
         assert cell["provenance"]["vllm_version"] == release and cell["status"] == "pass"
 
 
+@pytest.mark.reads_host
 def test_a_crashed_image_run_replaces_no_host_result(tmp_path, env, plan, raw):
     """No Docker engine answers: the crash lands under unknown/gate@<image>, the host's files stay as they were."""
     results = tmp_path / "results"

@@ -66,6 +66,7 @@ def test_the_gpu_commands_start_without_them(without_them, command):
     assert done.stdout.startswith(f"usage: python -m repro {command}")
 
 
+@pytest.mark.reads_host
 def test_the_probe_runs_without_them(without_them):
     # Here without a GPU its sections are skipped with the reason; the imports a real run makes are the same.
     done = run_module("repro", "probe", "--sections", "pin_alloc", env=without_them)
@@ -90,6 +91,7 @@ sys.meta_path.insert(0, StdlibOnly())
 """
 
 
+@pytest.mark.reads_host
 def test_the_doctor_answers_with_nothing_but_the_standard_library_and_the_kit(tmp_path):
     # A fresh clone with the system Python: every other package is missing, whatever this Python has.
     (tmp_path / "sitecustomize.py").write_text(STDLIB_ONLY)

@@ -46,12 +46,14 @@ def test_a_runner_claiming_a_cell_it_is_not_is_misrouted():
     assert "wsl2new" in stale.reason
 
 
+@pytest.mark.reads_host
 def test_plan_command_plans_every_cell_for_the_host_it_detects(cli):
     done = cli("plan", "--format", "json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [p.as_dict() for p in plan_cells(select(None), detect(collect_facts()))]
 
 
+@pytest.mark.reads_host
 def test_require_native_fails_here_with_one_line(cli):
     # A cell of another host than this one, which no runner here can claim natively.
     other = Host.WSL2OLD if detect(collect_facts()).host is Host.WSL2NEW else Host.WSL2NEW
@@ -84,6 +86,7 @@ def env_record(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.reads_host
 def test_plan_from_the_environment_record_is_written_once_and_read_back(cli, env_record, tmp_path):
     out = tmp_path / "plan.json"
     done = cli("plan", "--cells", "cuda-wsl2*-*-graph", "--env", str(env_record), "--out", str(out))
@@ -98,6 +101,7 @@ def test_plan_from_the_environment_record_is_written_once_and_read_back(cli, env
     ]
 
 
+@pytest.mark.reads_host
 def test_case_and_suite_execution_come_from_the_same_plan_json(env_record, tmp_path):
     cell = Cell.parse(CELL)
     # Written as data, for a host this machine is not, so detection here would say otherwise.
@@ -139,6 +143,7 @@ def test_case_and_suite_execution_come_from_the_same_plan_json(env_record, tmp_p
         (f'{{"schema": "{PLAN_SCHEMA}", "cells": []}}', "is a damaged plan record (KeyError: 'host')"),
     ],
 )
+@pytest.mark.reads_host
 def test_split_with_a_missing_or_bad_plan_refuses_in_one_line(env_record, tmp_path, text, says):
     plan, raw, out = tmp_path / "plan.json", tmp_path / "junit.xml", tmp_path / "results"
     if text is not None:
@@ -151,6 +156,7 @@ def test_split_with_a_missing_or_bad_plan_refuses_in_one_line(env_record, tmp_pa
     assert not out.exists()
 
 
+@pytest.mark.reads_host
 def test_split_refuses_cells_the_plan_does_not_hold(env_record, tmp_path):
     plan = tmp_path / "plan.json"
     Plan.for_host([Cell.parse(CELL)], NO_GPU_HOST).write(plan)

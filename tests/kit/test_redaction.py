@@ -5,6 +5,7 @@ stay as they were."""
 import json
 import string
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -47,6 +48,7 @@ ORDINARY = {
 }
 
 
+@pytest.mark.reads_host
 def test_no_canary_reaches_the_record_and_ordinary_values_stay(cli, tmp_path):
     out = tmp_path / "env.json"
     planted = {name: value for name, (value, _) in CANARIES.items()}
@@ -64,6 +66,7 @@ def test_no_canary_reaches_the_record_and_ordinary_values_stay(cli, tmp_path):
     assert recorded["ROCM_CANARY_WIN"] == r"~\AppData\vllm"
 
 
+@pytest.mark.reads_host
 def test_this_machines_home_is_shown_as_a_tilde_wherever_it_is(cli, tmp_path):
     home = tmp_path / "canary-home-dave"
     home.mkdir()

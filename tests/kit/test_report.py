@@ -374,6 +374,7 @@ def test_a_misrouted_runner_outranks_the_gate_prediction(tmp_path):
     assert cell.status is Status.MISROUTED and list(cell.superseded) == ["gate-only"]
 
 
+@pytest.mark.reads_host
 def test_real_cell_results_pass(tmp_path):
     """The files `python -m matrix split` writes for a real gate run (tests/kit/test_results.py makes them)."""
     require_gate_only("cuda-wsl2new-*-graph")

@@ -34,6 +34,7 @@ def test_an_engine_run_that_hangs_is_a_timeout_result(tmp_path, monkeypatch):
     assert result.failure is FailureKind.TIMEOUT and result.outcome == "timeout"
 
 
+@pytest.mark.reads_host
 def test_an_engine_that_cannot_start_is_a_failed_result_with_its_message(tmp_path):
     require_gate_only("cuda-linux-v1-eager")
     run = offload.EngineRun(Cell.parse("cuda-linux-v1-eager"), "1", True, present_host=False)
@@ -61,6 +62,7 @@ def test_offload_path_reads_where_the_parameters_went():
     assert offload.EngineResult(run, "ok", offload={"uva": 0, "on_cpu": 0}).offload_path == "none"
 
 
+@pytest.mark.reads_host
 def test_a_probe_section_without_a_gpu_is_skipped_with_the_reason():
     require_gate_only(None)  # the probe uses whatever GPU this machine has
     result = probe.run_section("capture_pinned_non_blocking", timeout=300)

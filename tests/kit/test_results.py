@@ -28,6 +28,7 @@ def results(tmp_path_factory):
     return out
 
 
+@pytest.mark.reads_host
 def test_one_file_per_cell_named_by_its_id_with_the_envelope(results):
     (suite,) = JUnitXml.fromfile(str(results / f"{CELL}.xml"))
     assert suite.name == CELL
@@ -45,6 +46,7 @@ def test_one_file_per_cell_named_by_its_id_with_the_envelope(results):
     assert props["env_hash"] == env["env_hash"]
 
 
+@pytest.mark.reads_host
 def test_gate_cases_show_what_vllm_decided_for_both_pin_env_values(results):
     (suite,) = JUnitXml.fromfile(str(results / f"{CELL}.xml"))
     observed = {}
@@ -60,6 +62,7 @@ def test_gate_cases_show_what_vllm_decided_for_both_pin_env_values(results):
     assert "49861" in case_properties(pin_unset)["issue"]
 
 
+@pytest.mark.reads_host
 def test_gpu_groups_are_listed_as_skipped_with_the_reason(results):
     (suite,) = JUnitXml.fromfile(str(results / f"{CELL}.xml"))
     skipped = {case.name: case.result[0].message for case in suite if case.classname == "tests.cell.test_repro"}
@@ -68,6 +71,7 @@ def test_gpu_groups_are_listed_as_skipped_with_the_reason(results):
     assert all(reason.startswith("no GPU for this cell: gate-only") for reason in skipped.values())
 
 
+@pytest.mark.reads_host
 def test_summary_prints_the_table(results):
     done = run_module("matrix", "summary", "--cell", CELL, "--results", str(results), "--strict")
     assert done.returncode == 0, done.stderr
@@ -76,6 +80,7 @@ def test_summary_prints_the_table(results):
     assert row.split()[:7] == [CELL, "gate-only", "27", "0", "11", "18", "on"]
 
 
+@pytest.mark.reads_host
 def test_a_cell_without_results_still_gets_a_file_that_says_why(tmp_path):
     env, plan = tmp_path / "env.json", tmp_path / "plan.json"
     assert run_module("matrix", "env", "--out", str(env)).returncode == 0

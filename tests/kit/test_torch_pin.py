@@ -31,6 +31,7 @@ def test_torch_mismatch_compares_the_installed_torch_with_vllms_own_pin(torch, s
     assert classify.torch_mismatch(torch_info, {"version": "0.33.0", "requires_torch": spec}) is mismatch
 
 
+@pytest.mark.reads_host
 def test_the_installed_vllms_torch_pin_reaches_the_envelope(tmp_path):
     vllm = facts.vllm_info()
     assert vllm is not None and vllm["requires_torch"], "vLLM's metadata pins torch"
@@ -103,6 +104,7 @@ def _imports_case(tmp_path, init: str):
     return cases
 
 
+@pytest.mark.reads_host
 def test_an_import_that_fails_in_torch_under_a_mismatched_torch_is_no_result_about_vllm(tmp_path):
     cases = _imports_case(tmp_path, "import torch\ntorch.no_such_function_in_this_torch()\n")
     for case in cases:
@@ -111,6 +113,7 @@ def test_an_import_that_fails_in_torch_under_a_mismatched_torch_is_no_result_abo
         assert case_properties(case)["failure_kind"] == "torch-mismatch"
 
 
+@pytest.mark.reads_host
 def test_vllms_own_import_failure_stays_a_failure_under_a_mismatched_torch(tmp_path):
     cases = _imports_case(
         tmp_path, "raise ImportError('cannot import name Platform from partially initialized module')\n"

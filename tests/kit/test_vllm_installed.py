@@ -15,6 +15,9 @@ from test_gpu_run import kit_as_sent
 
 from matrix.host.facts import torch_info, vllm_info
 
+# Every test here reads the machine: its outcome is the host's (the host variants run them).
+pytestmark = pytest.mark.reads_host
+
 CELL = "cuda-linux-v1-graph"
 
 

@@ -153,6 +153,7 @@ def statuses(compat: dict) -> dict[str, dict]:
     return {c["id"]: c for c in release["cells"]}
 
 
+@pytest.mark.reads_host
 def test_a_lying_crashed_misrouted_or_missing_runner_fails_the_report(tmp_path, planned):
     here = Plan.detected(select("rocm-wsl2new-*"), require_native=True)
     if any(p.execution is not Execution.MISROUTED for p in here.cells):
