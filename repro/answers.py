@@ -32,20 +32,14 @@ from repro.isolation import Outcome, run_isolated, time_left
 
 CACHE_VARIABLE = "WSLPIN_ANSWER_CACHE"
 _KIT = Path(__file__).resolve().parents[1]
-# What a child's answer can depend on in its environment: vLLM's and the GPU stacks' own variables, the
-# kit's presented host, and where programs and modules are found (a stand-in nvidia-smi, a fake vLLM).
-_ENV_PREFIXES = ("VLLM_", "CUDA_", "HIP_", "ROCR_", "ROCM_", "HSA_", "NVIDIA_", "TORCH", "PYTORCH_", "TRITON_", "WSL")
-_ENV_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD")
-# The kit's own variables that say how a run is driven, not what vLLM sees; and the compile cache that
-# importing torch._inductor points at its per-user default, so that it differs only by whether the
-# parent has preloaded torch yet.
-_ENV_IGNORED = (
-    CACHE_VARIABLE,
-    "WSLPIN_DEADLINE",
-    "WSLPIN_CURRENT_TEST",
-    "WSLPIN_HOST_READS",
-    "TORCHINDUCTOR_CACHE_DIR",
-)
+# What a child's answer can depend on in its environment: vLLM's and the GPU stacks' own variables, WSL's,
+# the kit's presented host, and where programs and modules are found (a stand-in nvidia-smi, a fake vLLM).
+# Not the kit's own bookkeeping (the test being run, the run's deadline): it changes nothing a child sees.
+_ENV_PREFIXES = ("VLLM_", "CUDA_", "HIP_", "ROCR_", "ROCM_", "HSA_", "NVIDIA_", "TORCH", "PYTORCH_", "TRITON_", "WSL_")
+_ENV_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "WSLPIN_PRESENT_HOST")
+# The compile cache that importing torch._inductor points at its per-user default: it differs only by
+# whether the parent has preloaded torch yet.
+_ENV_IGNORED = ("TORCHINDUCTOR_CACHE_DIR",)
 _KEPT = ("ok", "error")
 
 
