@@ -37,6 +37,10 @@ VOLATILE_KEYS = frozenset(
 )
 # Text that ends in the date of its evidence, e.g. "predicted: ... (gate-only) (2026-12-01)": only that date is masked.
 VOLATILE_TEXT = {"evidence": re.compile(r" \(\d{4}-\d{2}-\d{2}\)$")}
+# In any text, the directories of an absolute path: where the kit was cloned and its venvs made (a traceback's
+# ".../.nox/releases/0.25.1/lib/python3.11/site-packages/vllm/utils/torch_utils.py"). The file's own name
+# stays, and so does a URL's path (its slashes follow "://" or a word).
+MACHINE_DIRECTORIES = re.compile(r"(?<![\w.:/])/(?:[\w.+-]+/)+")
 
 
 def differences(
@@ -67,8 +71,10 @@ def masked(document: object, key: str = "") -> object:
         return {k: "(volatile)" if k in VOLATILE_KEYS else masked(v, k) for k, v in document.items()}
     if isinstance(document, list):
         return [masked(item, key) for item in document]
-    if isinstance(document, str) and key in VOLATILE_TEXT:
-        return VOLATILE_TEXT[key].sub(" (date)", document)
+    if isinstance(document, str):
+        if key in VOLATILE_TEXT:
+            document = VOLATILE_TEXT[key].sub(" (date)", document)
+        return MACHINE_DIRECTORIES.sub("(directory)/", document)
     return document
 
 

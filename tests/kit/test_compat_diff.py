@@ -124,3 +124,23 @@ def test_a_key_only_the_produced_report_has_is_a_difference_under_volatile(tmp_p
     produced.write_text(json.dumps(document))
     done = compat_diff("--volatile", committed, produced)
     assert done.returncode == 1 and done.stdout.splitlines() == ['$.versions[0].added: "(absent)" -> true']
+
+
+def test_where_the_kit_was_cloned_is_no_difference_under_volatile_but_a_file_or_a_url_is(tmp_path):
+    def report(message: str) -> Path:
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps({"versions": [{"cells": [{"cases": [{"message": message}]}]}]}))
+        return path
+
+    circular = "circular import ({}/.nox/releases/0.25.1/lib/python3.11/site-packages/vllm/utils/torch_utils.py)"
+    here, there = report(circular.format("/work/kit")), report(circular.format("/tmp/ci-4f2a/k"))
+    assert compat_diff("--volatile", here, there).returncode == 0
+    assert (
+        compat_diff("--volatile", here, report(circular.format("/work/kit").replace("torch_", "platform_"))).returncode
+        == 1
+    )
+    issue = report("see https://github.com/vllm-project/vllm/issues/49861")
+    assert (
+        compat_diff("--volatile", issue, report("see https://github.com/vllm-project/vllm/issues/50126")).returncode
+        == 1
+    )
