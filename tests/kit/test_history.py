@@ -367,6 +367,7 @@ class SplittingSession(RecordingSession):
         return super().run(*args, **kwargs)
 
 
+@pytest.mark.reads_host
 def test_history_reuses_a_release_whose_key_is_unchanged_and_fresh_runs_it_again(tmp_path, monkeypatch):
     import noxfile
 

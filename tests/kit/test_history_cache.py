@@ -126,6 +126,7 @@ print(json.dumps(sorted(mine)))
 """
 
 
+@pytest.mark.reads_host
 def test_the_key_files_cover_every_kit_file_a_real_run_imports_or_reads(tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", REAL_RUN, str(ROOT), str(tmp_path), *TESTS],
