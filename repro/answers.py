@@ -24,6 +24,7 @@ import platform
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -93,24 +94,44 @@ def environment_key(salt: str = "") -> str:
     )
 
 
-def _path(cache: Path, question: str, shared: str, arg: Any) -> Path:
-    return cache / f"{_digest(question.encode(), shared.encode(), repr(arg).encode())}.pickle"
+@dataclass(frozen=True)
+class Memory:
+    """Where one question's answers are kept for this environment, and how long a caller allows now."""
+
+    cache: Path
+    question: str  # names the function a child runs
+    shared: str  # environment_key(): what every answer here shares
+    allowed: float  # seconds: a remembered answer that took longer is not given
+
+    def _path(self, arg: Any) -> Path:
+        return self.cache / f"{_digest(self.question.encode(), self.shared.encode(), repr(arg).encode())}.pickle"
+
+    def recall(self, arg: Any) -> Outcome | None:
+        try:
+            with self._path(arg).open("rb") as f:
+                outcome = pickle.load(f)  # noqa: S301 - written by this test session's own processes, below
+        except Exception:  # noqa: BLE001 - absent, cut short or not an answer: asked again
+            return None
+        return outcome if isinstance(outcome, Outcome) and outcome.seconds < self.allowed else None
+
+    def remember(self, arg: Any, outcome: Outcome) -> None:
+        if outcome.status not in _KEPT:
+            return
+        fd, tmp = tempfile.mkstemp(dir=self.cache, prefix=".answer-")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(outcome, f)
+        os.replace(tmp, self._path(arg))
 
 
-def _recall(path: Path, allowed: float) -> Outcome | None:
-    try:
-        with path.open("rb") as f:
-            outcome = pickle.load(f)  # noqa: S301 - written by this test session's own processes, below
-    except Exception:  # noqa: BLE001 - absent, cut short or not an answer: asked again
+def memory(question: str, timeout: float, salt: str = "") -> Memory | None:
+    """The answers kept for ``question`` (``salt``: what they depend on beyond the installation), or None
+    where this process keeps none (``WSLPIN_ANSWER_CACHE`` unset)."""
+    where = os.environ.get(CACHE_VARIABLE)
+    if not where:
         return None
-    return outcome if isinstance(outcome, Outcome) and outcome.seconds < allowed else None
-
-
-def _remember(path: Path, outcome: Outcome) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".answer-")
-    with os.fdopen(fd, "wb") as f:
-        pickle.dump(outcome, f)
-    os.replace(tmp, path)
+    cache = Path(where)
+    cache.mkdir(parents=True, exist_ok=True)
+    return Memory(cache, question, environment_key(salt), time_left(timeout))
 
 
 def run_remembered(
@@ -127,23 +148,17 @@ def run_remembered(
     ``before`` runs only when some child must start (the parent's preload); ``salt`` adds what the
     answers depend on beyond the installation (the files a request names, say).
     """
-    where = os.environ.get(CACHE_VARIABLE)
-    if not where:
+    kept = memory(question, timeout, salt)
+    if kept is None:
         before()
         return run_isolated(fn, args, timeout=timeout, jobs=jobs)
-    cache = Path(where)
-    cache.mkdir(parents=True, exist_ok=True)
-    shared = environment_key(salt)
-    paths = [_path(cache, question, shared, arg) for arg in args]
-    allowed = time_left(timeout)
-    found = [_recall(path, allowed) for path in paths]
+    found = [kept.recall(arg) for arg in args]
     missing = [i for i, outcome in enumerate(found) if outcome is None]
     if missing:
         before()
         for i, outcome in zip(missing, run_isolated(fn, [args[i] for i in missing], timeout, jobs), strict=True):
             found[i] = outcome
-            if outcome.status in _KEPT:
-                _remember(paths[i], outcome)
+            kept.remember(args[i], outcome)
     answered = [outcome for outcome in found if outcome is not None]
     assert len(answered) == len(args)
     return answered

@@ -25,10 +25,10 @@ from matrix.cells import Cell
 from matrix.host import reads
 from matrix.plan import CellPlan, Execution
 from repro import emulation
-from repro.answers import run_remembered, tree_digest
+from repro.answers import memory, tree_digest
 from repro.engine import engine_kwargs
 from repro.gate import preload
-from repro.isolation import Outcome
+from repro.isolation import Outcome, run_isolated
 from repro.offload import CACHE_ROOT, EngineRun
 
 DEFAULT_TIMEOUT = 180.0
@@ -154,14 +154,35 @@ def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) ->
     The children share one vLLM cache root, made for this call. vLLM inspects the model's architecture in
     an interpreter of its own, which neither the presented host nor the stand-in GPU reaches, so its
     answer is every cell's; cached, it costs one ~10 s interpreter start per call instead of one per child.
+    Where the kit's tests keep answers (``repro.answers``), each cell's is kept on its own, since one test
+    asks for other cells together than the next: a child starts only for the cells none has asked yet.
     """
     # The tokenizer's answer is read from the model's files.
     models = "".join(tree_digest(Path(model)) for model in sorted({request.model for request in requests}))
-    with tempfile.TemporaryDirectory(prefix="wslpin-config-") as cache:
-        check_here = functools.partial(check, cache_root=cache)
-        outcomes = run_remembered("engine_config.check", check_here, requests, timeout, before=preload, salt=models)
-    return {
-        run.cell: dataclasses.replace(o, value=o.value[run.cell.id]) if o.ok else o
-        for request, o in zip(requests, outcomes, strict=True)
+    kept = memory("engine_config.check", timeout, salt=models)
+
+    def part(request: ConfigRequest, run: EngineRun) -> ConfigRequest:
+        return dataclasses.replace(request, runs=(run,))
+
+    answers = {
+        run.cell: found
+        for request in requests
         for run in request.runs
+        if kept is not None and (found := kept.recall(part(request, run))) is not None
     }
+    unanswered = (
+        dataclasses.replace(r, runs=tuple(run for run in r.runs if run.cell not in answers)) for r in requests
+    )
+    asked = [request for request in unanswered if request.runs]
+    if asked:
+        preload()
+        with tempfile.TemporaryDirectory(prefix="wslpin-config-") as cache:
+            outcomes = run_isolated(functools.partial(check, cache_root=cache), asked, timeout=timeout)
+        for request, outcome in zip(asked, outcomes, strict=True):
+            for run in request.runs:
+                answers[run.cell] = (
+                    dataclasses.replace(outcome, value=outcome.value[run.cell.id]) if outcome.ok else outcome
+                )
+                if kept is not None:
+                    kept.remember(part(request, run), answers[run.cell])
+    return {run.cell: answers[run.cell] for request in requests for run in request.runs}

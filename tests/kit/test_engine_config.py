@@ -72,3 +72,29 @@ def test_a_model_vllm_cannot_read_fails_the_config_with_vllms_reason(tmp_path):
         message = failed.result[0].message
         assert "refused the reproduction's engine arguments" in message and "WslpinNoSuchForCausalLM" in message
         assert cases[cell, "test_tokenizer_loads"].is_passed
+
+
+def test_each_cells_answer_is_kept_on_its_own_for_the_next_test_that_asks_in_another_grouping(tmp_path, monkeypatch):
+    """The kit's tests keep vLLM's answers (repro/answers.py); a config is kept per cell, not per child, because
+    each test asks for other cells together. Asked again, alone or beside the cell it came with, no child starts."""
+    from matrix.cells import select
+    from matrix.plan import Plan
+    from repro import engine_config
+    from repro.answers import CACHE_VARIABLE
+
+    pair = "cuda-wsl2new-v2-graph,cuda-wsl2new-v1-eager"  # one stack and host: one child builds both
+    require_gate_only(pair)
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "answers"))
+    model = tiny_model(tmp_path / "models")
+    both = engine_config.requests_for(Plan.detected(select(pair)).cells, model)
+    assert [len(request.runs) for request in both] == [2]
+    first = engine_config.evaluate(both)
+    assert all(outcome.ok and "settings" in outcome.value["config"] for outcome in first.values()), first
+
+    def no_child(*args, **kwargs):
+        raise AssertionError("a child started for an answer already kept")
+
+    monkeypatch.setattr(engine_config, "run_isolated", no_child)
+    (alone,) = engine_config.requests_for(Plan.detected(select("cuda-wsl2new-v1-eager")).cells, model)
+    assert engine_config.evaluate([alone]) == {cell: first[cell] for cell in select("cuda-wsl2new-v1-eager")}
+    assert engine_config.evaluate(both) == first
