@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import host_reads
 import pytest
 
 from matrix.cells import select
@@ -19,6 +20,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "browser: opens a page in Debian's Chromium (skipped with the reason where it is not installed); "
+        "`nox -s tests -- -m browser` runs only these, where .ci/run has installed it",
+    )
+    _keep_answers(config)
+    host_reads.pytest_configure(config)
+
+
+def _keep_answers(config: pytest.Config) -> None:
     """vLLM's answers shared by every test and every process they start (repro/answers.py says why it is safe).
 
     Set before any test runs, so that nested pytest and nox runs inherit it; a directory the caller named
@@ -67,10 +78,10 @@ def nox_listing() -> str:
 
 # --- The reads_host mark (issue 21) ---------------------------------------------------------------------
 # The host variants of `nox -s tests` run only the tests marked reads_host; the plugin's hooks, imported into
-# this conftest so pytest registers them, fail a test that reads the machine without the mark. They live in a
+# this conftest so pytest registers them (its pytest_configure is called from this one's: a conftest has one),
+# fail a test that reads the machine without the mark. They live in a
 # module of their own so that test_host_marker.py can load them into a pytest run of its own (`-p host_reads`).
 from host_reads import (  # noqa: E402, F401
-    pytest_configure,
     pytest_fixture_setup,
     pytest_runtest_makereport,
     pytest_runtest_protocol,

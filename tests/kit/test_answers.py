@@ -101,3 +101,9 @@ def test_a_cut_or_foreign_file_in_the_cache_is_asked_again(cache, tmp_path):
     entry.write_bytes(entry.read_bytes()[:10])
     (outcome,) = run_remembered("t.counted", counted, [(str(marks), "a")], timeout=60)
     assert outcome.ok and outcome.value["value"] == "a" and runs(marks) == 2
+
+
+def test_the_kits_own_test_session_keeps_answers_for_every_process_it_starts():
+    # Set by the kit's conftest before any test, so that every nested pytest and nox run inherits it.
+    where = os.environ.get(CACHE_VARIABLE)
+    assert where and Path(where).is_dir()

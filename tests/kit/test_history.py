@@ -177,6 +177,7 @@ def test_contradicted_rules_are_named(tmp_path):
     assert "rule <code>wsl-no-pin</code> expects pin=False" in render_html.render(report)
 
 
+@pytest.mark.browser
 def test_the_release_selector_shows_one_release_at_a_time(tmp_path):
     from matrix.ci import browser
 
@@ -272,6 +273,7 @@ def test_the_published_matrix_agrees_with_the_rules(published):
     assert published["contradictions"] == [], "a rule in matrix/expectations.toml disagrees with a release"
 
 
+@pytest.mark.browser
 def test_the_published_page_opens_offline(tmp_path):
     done = run_module("matrix", "page", str(ROOT / "docs" / "matrix"), "--screenshot", str(tmp_path / "shot.png"))
     if "no Chromium" in done.stderr:

@@ -97,6 +97,7 @@ def chromium_page():
             chromium.close()
 
 
+@pytest.mark.browser
 def test_the_chooser_answers_with_the_chosen_cells_sentence_in_chromium(tmp_path, chromium_page):
     from playwright.sync_api import expect
 
@@ -140,6 +141,7 @@ def test_the_chooser_answers_with_the_chosen_cells_sentence_in_chromium(tmp_path
     assert console == []
 
 
+@pytest.mark.browser
 def test_a_link_presets_the_chooser_and_the_status_filter_still_works(tmp_path, chromium_page):
     from playwright.sync_api import expect
 

@@ -502,6 +502,7 @@ def page(tmp_path_factory):
     return out / "index.html"
 
 
+@pytest.mark.browser
 def test_the_page_loads_in_chromium_without_console_errors_and_shows_24_cells(page):
     from matrix.ci import browser
 
@@ -511,6 +512,7 @@ def test_the_page_loads_in_chromium_without_console_errors_and_shows_24_cells(pa
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in loaded.dom
 
 
+@pytest.mark.browser
 def test_a_status_filter_in_the_link_dims_the_other_cells(page):
     from matrix.ci import browser
 
@@ -519,6 +521,7 @@ def test_a_status_filter_in_the_link_dims_the_other_cells(page):
     assert loaded.dom.count('<td class="cell dim"') == 23  # only the one regression stays bright
 
 
+@pytest.mark.browser
 def test_page_command_writes_a_screenshot(page, tmp_path):
     shot = tmp_path / "shot.png"
     done = run_module("matrix", "page", str(page.parent), "--screenshot", str(shot))
