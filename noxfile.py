@@ -551,6 +551,10 @@ def tests(session: nox.Session) -> None:
     parser.add_argument("--as-host", choices=[str(host) for host in Host if host.is_wsl])
     parser.add_argument("--stand-in-gpu", action="store_true")
     args, pytest_args = parser.parse_known_args(session.posargs)
+    # uv, unlike pip, writes no bytecode when it installs; where Python may not write it either
+    # (PYTHONDONTWRITEBYTECODE, a read-only venv), each of the suite's hundreds of processes compiles torch,
+    # transformers and vLLM anew: importing the three took 9.8 s that way against 4.3 s from bytecode.
+    session.env["UV_COMPILE_BYTECODE"] = "1"
     _install(session, VLLM_VERSION, full=False)
     session.run(
         "python",
