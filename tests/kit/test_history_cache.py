@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -139,7 +140,8 @@ def test_the_key_files_cover_every_kit_file_a_real_run_imports_or_reads(tmp_path
     used = set(json.loads(done.stdout.splitlines()[-1]))
     assert {"pyproject.toml", "tests/cell/conftest.py", "matrix/junit.py"} <= used  # what the probe sees: reads too
     # `nox -s tests -- --as-host` puts its start-up hook on every process's PYTHONPATH; no history run has it.
-    hook = {"repro/bench/present_host/sitecustomize.py"} if "present_host" in os.environ.get("PYTHONPATH", "") else set()
+    hooked = "present_host" in os.environ.get("PYTHONPATH", "")
+    hook = {"repro/bench/present_host/sitecustomize.py"} if hooked else set()
     assert used - set(key_files(ROOT, TESTS, COMMANDS)) - hook == set()
 
 
