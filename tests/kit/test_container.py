@@ -232,6 +232,7 @@ def no_containers_left() -> bool:
         client.close()
 
 
+@pytest.mark.reads_host
 def test_a_gate_only_cell_runs_in_the_image_and_its_junit_comes_back(smoke_image, tmp_path):
     done = run_container(tmp_path, "--cells", GATE_ONLY_CELL, "--image", smoke_image)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -253,6 +254,7 @@ def test_a_gate_only_cell_runs_in_the_image_and_its_junit_comes_back(smoke_image
     assert no_containers_left()
 
 
+@pytest.mark.reads_host
 def test_a_missing_image_with_no_registry_is_a_crashed_cell(smoke_image, tmp_path):
     done = run_container(tmp_path, "--cells", GATE_ONLY_CELL, "--image", "wslpin-kit-missing:none")
     assert_one_error_line(done, "image wslpin-kit-missing:none is not present and could not be pulled")
@@ -260,6 +262,7 @@ def test_a_missing_image_with_no_registry_is_a_crashed_cell(smoke_image, tmp_pat
     assert "could not be pulled" in message
 
 
+@pytest.mark.reads_host
 def test_the_timeout_kills_and_removes_the_container(smoke_image, tmp_path):
     done = run_container(tmp_path, "--cells", GATE_ONLY_CELL, "--image", smoke_image, "--timeout", "2")
     assert_one_error_line(done, "timed out after 2 s: the container was killed and removed")
@@ -268,6 +271,7 @@ def test_the_timeout_kills_and_removes_the_container(smoke_image, tmp_path):
     assert no_containers_left()
 
 
+@pytest.mark.reads_host
 def test_an_engine_without_a_gpu_runtime_refuses_the_gpu_request(smoke_image, tmp_path):
     import docker
 
@@ -344,6 +348,7 @@ def tree(root: Path, leaving_out: Path) -> dict[str, bytes | str]:
     return found
 
 
+@pytest.mark.reads_host
 @pytest.mark.parametrize(
     ("junit", "links", "says"),
     [
