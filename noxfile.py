@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import datetime as dt
 import functools
-import hashlib
 import inspect
 import json
 import os
@@ -577,9 +576,12 @@ SMOKE = ROOT / "build" / "docker-smoke"
 
 
 def _smoke_image(session: nox.Session, docker_host: str) -> str:
-    """The gate-only vLLM install in a Debian image made here (rootfs tarball cached under build/docker-smoke/)."""
-    recipe = [smoke.SUITE, VLLM_VERSION, GATE_TORCH, (ROOT / GATE_LOCK).read_text()]
-    key = hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
+    """The gate-only vLLM install in a Debian image made here (its rootfs tarball kept in the image cache)."""
+    # Where uv finds torch decides which build lands in the image (a local CPU wheel or the index's CUDA one).
+    where = os.environ.get("UV_FIND_LINKS", "")
+    code = inspect.getsource(_install_vllm) + inspect.getsource(_smoke_image)
+    recipe = (VLLM_VERSION, GATE_TORCH, (ROOT / GATE_LOCK).read_text(), code, where)
+    key = smoke.rootfs_key(*recipe)
 
     def install(site: Path) -> None:
         # Copies, not hard links into uv's cache: tar once failed with "file changed as we
@@ -588,7 +590,7 @@ def _smoke_image(session: nox.Session, docker_host: str) -> str:
         _install_vllm(session, copying, VLLM_VERSION, full=False)
 
     run = functools.partial(session.run, external=True)
-    tarball = smoke.rootfs_tarball(SMOKE, key, run, install=install)
+    tarball = smoke.rootfs_tarball(smoke.image_cache(os.environ, "docker-smoke"), key, run, install=install)
     return smoke.load_image(docker_host, tarball, f"wslpin-smoke:{key}", run)
 
 
@@ -628,8 +630,9 @@ def clean_machine(session: nox.Session) -> None:
     run = functools.partial(session.run, external=True)
     with contextlib.ExitStack() as stack:
         docker_host = _docker_engine(stack, run, CLEAN / "dockerd.log")
-        key = hashlib.sha256("\n".join((smoke.SUITE, *clean.PACKAGES)).encode()).hexdigest()[:12]
-        tarball = smoke.rootfs_tarball(CLEAN, key, run, packages=clean.PACKAGES)
+        key = smoke.rootfs_key(*clean.PACKAGES)
+        cache = smoke.image_cache(os.environ, "clean-machine")
+        tarball = smoke.rootfs_tarball(cache, key, run, packages=clean.PACKAGES)
         image = smoke.load_image(docker_host, tarball, f"wslpin-clean:{key}", run)
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-clean-home-")))
         clean.fresh_clone(ROOT, home / "kit", run)

@@ -9,6 +9,8 @@ gate-only install in its system Python, loaded with ``docker import``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import inspect
 import re
 import shutil
 import signal
@@ -16,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 SUITE = "bookworm"  # its python3 is 3.11: the wheels installed into it are the session's (cp311)
@@ -116,6 +118,18 @@ def debian_mirror(apt: Path = APT_SOURCES) -> str:
     raise RuntimeError(f"no Debian archive in {apt}/sources.list or {apt}/sources.list.d/*.sources")
 
 
+def image_cache(environ: Mapping[str, str], name: str) -> Path:
+    """``${XDG_CACHE_HOME:-~/.cache}/wslpin-kit/images/<name>``: outside any clone, so a fresh one reuses it."""
+    base = Path(environ["XDG_CACHE_HOME"]) if environ.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return base / "wslpin-kit" / "images" / name
+
+
+def rootfs_key(*recipe: str) -> str:
+    """The name of a rootfs made of ``recipe``, this module's code and the mirror: a change of any makes another."""
+    made_by = inspect.getsource(rootfs_tarball)
+    return hashlib.sha256("\n".join((SUITE, debian_mirror(), made_by, *recipe)).encode()).hexdigest()[:12]
+
+
 def rootfs_tarball(
     cache: Path,
     key: str,
@@ -123,7 +137,11 @@ def rootfs_tarball(
     packages: tuple[str, ...] = ("python3",),
     install: Callable[[Path], None] | None = None,
 ) -> Path:
-    """``cache/rootfs-<key>.tar``: debootstrap's minimal bookworm with ``packages``, plus ``install(site_packages)``."""
+    """``cache/rootfs-<key>.tar``: debootstrap's minimal bookworm with ``packages``, plus ``install(site_packages)``.
+
+    Made once per key and kept; making one removes the others of ``cache`` (a tarball is GBs, and an old key's
+    is never asked for again).
+    """
     tarball = cache / f"rootfs-{key}.tar"
     if tarball.exists():
         return tarball
@@ -143,6 +161,9 @@ def rootfs_tarball(
         partial = cache / f".rootfs-{key}.tar.partial"
         run("tar", "-C", str(root), "-cf", str(partial), ".")
         partial.rename(tarball)
+    for other in cache.glob("rootfs-*.tar"):
+        if other != tarball:
+            other.unlink()
     return tarball
 
 
