@@ -52,9 +52,14 @@ def _digest(*parts: bytes) -> str:
     return h.hexdigest()
 
 
-def tree_digest(root: Path, patterns: Sequence[str] = ("*",)) -> str:
-    """The names and contents of the files under ``root`` that match ``patterns``."""
-    files = sorted({p for pattern in patterns for p in root.rglob(pattern) if p.is_file()})
+def tree_digest(root: Path, patterns: Sequence[str] = ("**/*",)) -> str:
+    """The names and contents of the files under ``root`` that match ``patterns``, relative to ``root``.
+
+    ``glob``, not ``rglob``: rglob matches a pattern at any depth, so ``matrix/**/*.py`` also took every
+    ``.../matrix/...`` and ``.../repro/...`` of the venvs under the kit (torch has both): seconds per key,
+    and a key that changed with them.
+    """
+    files = sorted({p for pattern in patterns for p in root.glob(pattern) if p.is_file()})
     return _digest(*(part for p in files for part in (str(p.relative_to(root)).encode(), p.read_bytes())))
 
 
@@ -71,7 +76,7 @@ def _package_digest(name: str) -> str:
     if record is not None and spec.submodule_search_locations is not None:
         # The wheel's RECORD holds every installed file's hash; the package directory is what is imported.
         return _digest(str(origin).encode(), record.encode())
-    return _digest(str(origin).encode(), tree_digest(origin.parent, ("*.py",)).encode())
+    return _digest(str(origin).encode(), tree_digest(origin.parent, ("**/*.py",)).encode())
 
 
 def environment_key(salt: str = "") -> str:

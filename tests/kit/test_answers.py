@@ -4,6 +4,9 @@ changed, never for a child that gave no answer, never past the time a caller all
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -107,3 +110,25 @@ def test_the_kits_own_test_session_keeps_answers_for_every_process_it_starts():
     # Set by the kit's conftest before any test, so that every nested pytest and nox run inherits it.
     where = os.environ.get(CACHE_VARIABLE)
     assert where and Path(where).is_dir()
+
+
+def test_a_copy_of_the_kit_has_its_key_whatever_lies_beside_its_sources(tmp_path):
+    """The kit's part of the key is its matrix/ and repro/ sources alone: not the venvs under it (torch has
+    folders of those names too), nor where it was copied to (the kit's tests run nox in copies of it)."""
+    root = Path(__file__).resolve().parents[2]
+    kit = tmp_path / "kit"
+    for folder in ("matrix", "repro"):
+        shutil.copytree(root / folder, kit / folder, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def key(where: Path) -> str:
+        code = f"import sys; sys.path.insert(0, {str(where)!r}); import repro.answers as a; print(a.environment_key())"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+    copied = key(kit)
+    assert copied == key(root)
+    beside = kit / ".nox" / "tests" / "lib" / "site-packages" / "torch" / "_dynamo" / "repro"
+    beside.mkdir(parents=True)
+    (beside / "after_aot.py").write_text("CHANGED = True\n")
+    assert key(kit) == copied
+    (kit / "repro" / "gate_extra.py").write_text("CHANGED = True\n")
+    assert key(kit) != copied

@@ -57,9 +57,10 @@ def test_second_through_a_shared_fixture(facts):
 """
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory) -> dict[str, str]:
-    """Each test of TESTS -> "passed", or what its failure or error says; run with the kit's plugin."""
+@pytest.fixture(scope="module", params=[(), ("-n", "2", "--dist", "loadfile")], ids=["one process", "workers"])
+def outcomes(request, tmp_path_factory) -> dict[str, str]:
+    """Each test of TESTS -> "passed", or what its failure or error says; run with the kit's plugin, in one
+    process and in pytest-xdist's workers as `nox -s tests` runs the suite."""
     tmp = tmp_path_factory.mktemp("marker")
     (tmp / "pytest.ini").write_text("[pytest]\n")  # this directory is the run's root, not the kit's
     (tmp / "test_probe.py").write_text(TESTS)
@@ -72,6 +73,7 @@ def outcomes(tmp_path_factory) -> dict[str, str]:
         "-p",
         "no:cacheprovider",
         f"--junitxml={junit}",
+        *request.param,
         str(tmp),
         env={"PYTHONPATH": path},
     )
