@@ -181,13 +181,22 @@ def _kernel_queries_unsupported() -> None:
     torch.ops._C = _KernelQueries(torch.ops._C)  # torch.ops keeps namespaces as attributes
 
 
+# Device discovery outside vLLM's package: NVML for CUDA (older releases import the pynvml package; newer ones
+# vendor it as vllm.third_party.pynvml), amdsmi for ROCm.
+DISCOVERY_MODULES = ("pynvml", "amdsmi")
+
+
+def replaced(module: str) -> bool:
+    """Whether ``stub_gpu`` may stand in for this module, so it must not be imported before it runs."""
+    top = module.partition(".")[0]
+    return top.startswith("vllm") or top in DISCOVERY_MODULES
+
+
 def stub_gpu(stack: Stack) -> None:
     # vLLM's compiled extensions link against libcuda/libamdhip64: they cannot
     # load here. Their ops are never called by the gate code, nor by building the engine config.
     extensions = ("_C", "_C_stable_libtorch", "_rocm_C", "vllm_flash_attn._vllm_fa2_C", "vllm_flash_attn._vllm_fa3_C")
     stubs = {f"vllm.{name}": types.ModuleType(f"vllm.{name}") for name in extensions}
-    # Device discovery: NVML for CUDA (vLLM vendors it as vllm.third_party.pynvml;
-    # older releases import the pynvml package), amdsmi for ROCm.
     nvml = _nvml_stub(1 if stack is Stack.CUDA else 0)
     stubs["pynvml"] = stubs["vllm.third_party.pynvml"] = nvml
     if stack is Stack.ROCM:

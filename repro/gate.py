@@ -29,11 +29,12 @@ from matrix.plan import CellPlan, Execution
 from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY, UNSET, V2_MODEL_RUNNER
 from repro import emulation
 from repro.answers import run_remembered
-from repro.isolation import Outcome
+from repro.isolation import Outcome, run_isolated
 
 DEFAULT_TIMEOUT = 180.0
-# Imported in the parent before forking: host-independent and slow (~5 s of the
-# ~6 s `import vllm` costs), so each child only pays for vLLM itself.
+# Imported in the parent before forking: host-independent and slow, so each child only pays for vLLM itself.
+# The rest of what vLLM imports from other packages (pydantic, openai, more of torch: ~7 of a child's ~8 s)
+# is found by asking one child (``preload``).
 PRELOAD = ("torch", "torch._dynamo", "torch._inductor", "transformers")
 
 
@@ -285,15 +286,56 @@ def edge_requests_for(plans: Iterable[CellPlan]) -> list[EdgeRequest]:
 
 def evaluate_edges(requests: list[EdgeRequest], timeout: float = DEFAULT_TIMEOUT) -> dict[EdgeRequest, Outcome]:
     unique = sorted(set(requests))
-    outcomes = run_remembered("gate.decide_edges", decide_edges, unique, timeout, before=preload)
+    stand_in = all(r.stub_gpu for r in unique)
+    outcomes = run_remembered("gate.decide_edges", decide_edges, unique, timeout, before=lambda: preload(stand_in))
     return dict(zip(unique, outcomes, strict=True))
 
 
-def preload() -> None:
+def _imported_with_vllm(_: object) -> list[str]:
+    """In a fresh child: the modules of other packages that importing vLLM's gate and engine arguments loads.
+
+    Under the stand-ins a gate-only child has (native Linux, a CUDA GPU), under which every release imports.
+    """
+    emulation.present_host(Host.LINUX)
+    emulation.stub_gpu(Stack.CUDA)
+    before = set(sys.modules)
+    import vllm.platforms
+
+    vllm.platforms.current_platform  # noqa: B018 - resolving the platform imports its module
+    import vllm.engine.arg_utils  # noqa: F401
+    import vllm.utils.torch_utils  # noqa: F401
+
+    return [
+        name
+        for name, module in list(sys.modules.items())
+        if name not in before and module is not None and not emulation.replaced(name)
+    ]
+
+
+@functools.cache
+def preload(stand_in_gpu: bool) -> None:
+    """Import in this process what every child would import alike, before the first child is forked.
+
+    ``PRELOAD`` always. Where every child to come stands in for the GPU (``stand_in_gpu``), also what a child
+    under that stand-in imports from other packages: such a module reads nothing a presentation changes at
+    import (vLLM reads the uname when it decides, and what stands in for the GPU replaces vLLM's own modules
+    and those ``emulation.replaced`` names, which are left out), so a child forked after it gets the module it
+    would have imported, loaded already. Not where a child uses a real GPU: a module that touched the device at
+    import would leave CUDA initialised in the parent, and a forked child cannot use it then. Where the asking
+    child fails (a release that does not import as native Linux), only ``PRELOAD`` is imported.
+    """
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except ImportError:
+            pass
+    if not stand_in_gpu:
+        return
+    (outcome,) = run_isolated(_imported_with_vllm, [None], timeout=DEFAULT_TIMEOUT)
+    for name in outcome.value if outcome.ok else ():
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a child imports it then, as it would have anyway
             pass
 
 
@@ -306,4 +348,6 @@ def evaluate(
     requests: list[GateRequest], timeout: float = DEFAULT_TIMEOUT, jobs: int | None = None
 ) -> dict[GateRequest, Outcome]:
     unique = sorted(set(requests))
-    return dict(zip(unique, run_remembered("gate.decide", decide, unique, timeout, jobs, before=preload), strict=True))
+    stand_in = all(r.stub_gpu for r in unique)
+    outcomes = run_remembered("gate.decide", decide, unique, timeout, jobs, before=lambda: preload(stand_in))
+    return dict(zip(unique, outcomes, strict=True))

@@ -4,7 +4,10 @@ Each request stubs the GPU (gate-only), as a cell without its GPU does: the answ
 the same on any machine.
 """
 
+import json
 import platform
+import subprocess
+import sys
 from importlib import metadata
 
 import pytest
@@ -82,3 +85,44 @@ def test_vllm_failing_to_load_under_a_host_is_a_result(monkeypatch):
     assert outcome.ok
     assert outcome.value["imports"] is False
     assert "VISIBLE_DEVICES" in outcome.value["import_error"]
+
+
+# In a fresh interpreter: a child forked after preload(False) (the modules PRELOAD names) and one forked after
+# preload(True) (all vLLM imports from other packages, found by a child) answer one request; and what the parent
+# holds after each.
+_PRELOADED_AND_NOT = """
+import json, sys
+from matrix.cells import Host, Stack
+from repro import gate
+from repro.isolation import run_isolated
+
+request = gate.GateRequest(Stack.CUDA, Host.WSL2NEW, "1", present_host=True, stub_gpu=True)
+held = ("pydantic", "openai", "zmq")
+gate.preload(False)
+(imports_them,) = run_isolated(gate.decide, [request], timeout=300)
+before = [name in sys.modules for name in held]
+gate.preload(True)
+(finds_them,) = run_isolated(gate.decide, [request], timeout=300)
+print(json.dumps({
+    "answers": [imports_them.value, finds_them.value],
+    "held_before": before,
+    "held_after": [name in sys.modules for name in held],
+    "stood_in_for": [name in sys.modules for name in ("vllm", "amdsmi")],
+}))
+"""
+
+
+def test_a_child_after_the_parents_preload_answers_as_one_that_imports_vllms_packages_itself():
+    """repro.gate.preload imports what vLLM imports from other packages once, in the parent, so that the
+    children (a dozen per release and run) import only vLLM: the answer must not change by it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PRELOADED_AND_NOT], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    imports_them, finds_them = seen["answers"]
+    assert imports_them["imports"] and imports_them["pin"] is True, imports_them
+    assert finds_them == imports_them
+    assert seen["held_before"] == [False, False, False]
+    assert seen["held_after"] == [True, True, True]
+    assert seen["stood_in_for"] == [False, False], "vLLM and the modules the stand-in replaces stay out of the parent"
