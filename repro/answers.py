@@ -145,22 +145,22 @@ def run_remembered(
     args: Sequence[Any],
     timeout: float,
     jobs: int | None = None,
-    before: Callable[[], None] = lambda: None,
+    before: Callable[[int], None] = lambda children: None,
     salt: str = "",
 ) -> list[Outcome]:
     """``run_isolated(fn, args)``, answering from the cache what it already holds (``question`` names ``fn``).
 
-    ``before`` runs only when some child must start (the parent's preload); ``salt`` adds what the
+    ``before(children)`` runs only when some child must start, told how many (the parent's preload); ``salt`` adds what the
     answers depend on beyond the installation (the files a request names, say).
     """
     kept = memory(question, timeout, salt)
     if kept is None:
-        before()
+        before(len(args))
         return run_isolated(fn, args, timeout=timeout, jobs=jobs)
     found = [kept.recall(arg) for arg in args]
     missing = [i for i, outcome in enumerate(found) if outcome is None]
     if missing:
-        before()
+        before(len(missing))
         for i, outcome in zip(missing, run_isolated(fn, [args[i] for i in missing], timeout, jobs), strict=True):
             found[i] = outcome
             kept.remember(args[i], outcome)

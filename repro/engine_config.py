@@ -175,7 +175,7 @@ def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) ->
     )
     asked = [request for request in unanswered if request.runs]
     if asked:
-        preload(all(request.stub_gpu for request in asked))
+        preload(len(asked), all(request.stub_gpu for request in asked))
         with tempfile.TemporaryDirectory(prefix="wslpin-config-") as cache:
             outcomes = run_isolated(functools.partial(check, cache_root=cache), asked, timeout=timeout)
         for request, outcome in zip(asked, outcomes, strict=True):

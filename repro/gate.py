@@ -33,9 +33,11 @@ from repro.isolation import Outcome, run_isolated
 
 DEFAULT_TIMEOUT = 180.0
 # Imported in the parent before forking: host-independent and slow, so each child only pays for vLLM itself.
-# The rest of what vLLM imports from other packages (pydantic, openai, more of torch: ~7 of a child's ~8 s)
-# is found by asking one child (``preload``).
 PRELOAD = ("torch", "torch._dynamo", "torch._inductor", "transformers")
+# The rest of what vLLM imports from other packages (pydantic, openai, more of torch) is ~7 of a child's ~8 s
+# import; finding and loading it costs the parent ~17 s, while the children share the cores: it pays where each
+# core has this many children to run.
+CHILDREN_PER_CORE_FOR_ALL = 3
 
 
 @dataclass(frozen=True, order=True)
@@ -287,7 +289,7 @@ def edge_requests_for(plans: Iterable[CellPlan]) -> list[EdgeRequest]:
 def evaluate_edges(requests: list[EdgeRequest], timeout: float = DEFAULT_TIMEOUT) -> dict[EdgeRequest, Outcome]:
     unique = sorted(set(requests))
     stand_in = all(r.stub_gpu for r in unique)
-    outcomes = run_remembered("gate.decide_edges", decide_edges, unique, timeout, before=lambda: preload(stand_in))
+    outcomes = run_remembered("gate.decide_edges", decide_edges, unique, timeout, before=lambda n: preload(n, stand_in))
     return dict(zip(unique, outcomes, strict=True))
 
 
@@ -312,24 +314,34 @@ def _imported_with_vllm(_: object) -> list[str]:
     ]
 
 
-@functools.cache
-def preload(stand_in_gpu: bool) -> None:
-    """Import in this process what every child would import alike, before the first child is forked.
+def preload(children: int, stand_in_gpu: bool) -> None:
+    """Import in this process what the ``children`` about to be forked would import alike.
 
-    ``PRELOAD`` always. Where every child to come stands in for the GPU (``stand_in_gpu``), also what a child
-    under that stand-in imports from other packages: such a module reads nothing a presentation changes at
-    import (vLLM reads the uname when it decides, and what stands in for the GPU replaces vLLM's own modules
-    and those ``emulation.replaced`` names, which are left out), so a child forked after it gets the module it
-    would have imported, loaded already. Not where a child uses a real GPU: a module that touched the device at
-    import would leave CUDA initialised in the parent, and a forked child cannot use it then. Where the asking
-    child fails (a release that does not import as native Linux), only ``PRELOAD`` is imported.
+    ``PRELOAD`` always. Where every child stands in for the GPU (``stand_in_gpu``) and there are enough of them
+    (``CHILDREN_PER_CORE_FOR_ALL``), also what a child under that stand-in imports from other packages
+    (``_preload``).
+    """
+    cores = os.cpu_count() or 1
+    _preload(stand_in_gpu and children >= CHILDREN_PER_CORE_FOR_ALL * cores)
+
+
+@functools.cache
+def _preload(all_of_vllms: bool) -> None:
+    """``PRELOAD``, and with ``all_of_vllms`` what a child under the GPU's stand-in imports from other packages.
+
+    Such a module reads nothing a presentation changes at import (vLLM reads the uname when it decides, and what
+    stands in for the GPU replaces vLLM's own modules and those ``emulation.replaced`` names, which are left
+    out), so a child forked after it gets the module it would have imported, loaded already. Not where a child
+    uses a real GPU: a module that touched the device at import would leave CUDA initialised in the parent, and
+    a forked child cannot use it then. Where the asking child fails (a release that does not import as native
+    Linux), only ``PRELOAD`` is imported.
     """
     for name in PRELOAD:
         try:
             importlib.import_module(name)
         except ImportError:
             pass
-    if not stand_in_gpu:
+    if not all_of_vllms:
         return
     (outcome,) = run_isolated(_imported_with_vllm, [None], timeout=DEFAULT_TIMEOUT)
     for name in outcome.value if outcome.ok else ():
@@ -349,5 +361,5 @@ def evaluate(
 ) -> dict[GateRequest, Outcome]:
     unique = sorted(set(requests))
     stand_in = all(r.stub_gpu for r in unique)
-    outcomes = run_remembered("gate.decide", decide, unique, timeout, jobs, before=lambda: preload(stand_in))
+    outcomes = run_remembered("gate.decide", decide, unique, timeout, jobs, before=lambda n: preload(n, stand_in))
     return dict(zip(unique, outcomes, strict=True))

@@ -49,11 +49,11 @@ def test_an_answer_is_asked_once_and_given_again(cache, tmp_path):
     marks = tmp_path / "marks"
     args = [(str(marks), "a"), (str(marks), "b")]
     preloads = []
-    first = run_remembered("t.counted", counted, args, timeout=60, before=lambda: preloads.append(1))
-    again = run_remembered("t.counted", counted, args, timeout=60, before=lambda: preloads.append(1))
+    first = run_remembered("t.counted", counted, args, timeout=60, before=preloads.append)
+    again = run_remembered("t.counted", counted, args, timeout=60, before=preloads.append)
     assert [o.value["value"] for o in first] == ["a", "b"] and [o.value for o in again] == [o.value for o in first]
     assert runs(marks) == 2, "the second call started no child"
-    assert preloads == [1], "the parent preloads only when a child must start"
+    assert preloads == [2], "the parent preloads only when a child must start, told how many"
 
 
 def test_without_the_variable_every_call_asks_afresh(cache, tmp_path, monkeypatch):

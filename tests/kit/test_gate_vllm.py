@@ -87,9 +87,9 @@ def test_vllm_failing_to_load_under_a_host_is_a_result(monkeypatch):
     assert "VISIBLE_DEVICES" in outcome.value["import_error"]
 
 
-# In a fresh interpreter: a child forked after preload(False) (the modules PRELOAD names) and one forked after
-# preload(True) (all vLLM imports from other packages, found by a child) answer one request; and what the parent
-# holds after each.
+# In a fresh interpreter: a child forked after the preload for one child (the modules PRELOAD names) and one
+# forked after the preload for many (all vLLM imports from other packages, found by a child) answer one request;
+# and what the parent holds after each.
 _PRELOADED_AND_NOT = """
 import json, sys
 from matrix.cells import Host, Stack
@@ -97,16 +97,18 @@ from repro import gate
 from repro.isolation import run_isolated
 
 request = gate.GateRequest(Stack.CUDA, Host.WSL2NEW, "1", present_host=True, stub_gpu=True)
-held = ("pydantic", "openai", "zmq")
-gate.preload(False)
+def held():
+    return [name in sys.modules for name in ("pydantic", "openai", "zmq")]
+gate.preload(100, stand_in_gpu=False)
+beside_a_gpu = held()
+gate.preload(1, stand_in_gpu=True)
 (imports_them,) = run_isolated(gate.decide, [request], timeout=300)
-before = [name in sys.modules for name in held]
-gate.preload(True)
+for_one = held()
+gate.preload(100, stand_in_gpu=True)
 (finds_them,) = run_isolated(gate.decide, [request], timeout=300)
 print(json.dumps({
     "answers": [imports_them.value, finds_them.value],
-    "held_before": before,
-    "held_after": [name in sys.modules for name in held],
+    "held": [beside_a_gpu, for_one, held()],
     "stood_in_for": [name in sys.modules for name in ("vllm", "amdsmi")],
 }))
 """
@@ -123,6 +125,7 @@ def test_a_child_after_the_parents_preload_answers_as_one_that_imports_vllms_pac
     imports_them, finds_them = seen["answers"]
     assert imports_them["imports"] and imports_them["pin"] is True, imports_them
     assert finds_them == imports_them
-    assert seen["held_before"] == [False, False, False]
-    assert seen["held_after"] == [True, True, True]
+    beside_a_gpu, for_one, for_many = seen["held"]
+    assert beside_a_gpu == for_one == [False, False, False], "only children under the stand-in, and enough of them"
+    assert for_many == [True, True, True]
     assert seen["stood_in_for"] == [False, False], "vLLM and the modules the stand-in replaces stay out of the parent"
