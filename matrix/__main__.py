@@ -1,5 +1,12 @@
 """``python -m matrix``: the matrix's command line, a thin layer over the library."""
 
+# `doctor`, `env` and `plan` (--misrouted-out included) are what a person or a self-hosted runner runs with the
+# system Python, before any venv exists: Ubuntu 20.04's is 3.8, 22.04's 3.10. So every module they (and
+# `pipeline`) import, this one included, uses the standard library only and nothing newer than Python 3.8 at run
+# time (no enum.StrEnum, typing.Self, datetime.UTC, zip(strict=), dataclass slots): pyproject.toml has ruff
+# check those modules as py38, and tests/kit/test_system_pythons.py runs the commands on those Pythons. The
+# other commands import third-party packages lazily, and need the kit's Python (3.11+).
+
 from __future__ import annotations
 
 import argparse
@@ -154,7 +161,7 @@ def cmd_split(args: argparse.Namespace) -> int:
         env=record,
         kit_commit=facts.kit_commit(),
         runner_name=facts.runner_name(),
-        started_at=args.started_at or dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        started_at=args.started_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
     written = write_cell_results(plans, raw if raw.exists() else None, run, Path(args.out))
     print(f"wrote {len(written)} cell result(s) to {args.out}/", file=sys.stderr)

@@ -11,13 +11,26 @@ import fnmatch
 import functools
 import itertools
 from dataclasses import dataclass
-from typing import Self
+from typing import TYPE_CHECKING
 
 from matrix.errors import MatrixError
 from matrix.variables import V2_MODEL_RUNNER
 
+if TYPE_CHECKING:
+    from typing import Self
 
-class Axis(enum.StrEnum):
+
+class StrEnum(str, enum.Enum):
+    """``enum.StrEnum`` (3.11) on Python 3.8+ (matrix/__main__.py says why): str() and format() give the value."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
+
+
+class Axis(StrEnum):
     """An axis value: the string used in ids and nox sessions, ordered the way the matrix is written."""
 
     # Definition order, not str's alphabetical order, so cells sort the way the matrix is written

@@ -47,7 +47,7 @@ _KNOWN = frozenset(
 _BOOLEANS = {"true": True, "false": False}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Envelope:
     """Who ran a cell, where, with what. Empty text: the writer had nothing to say (or an older kit did not ask)."""
 

@@ -25,7 +25,7 @@ def write_misrouted(plans: list[CellPlan], release: str, out: Path) -> list[Path
         env=facts.collect_environment(),
         kit_commit=facts.kit_commit(),
         runner_name=facts.runner_name(),
-        started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         release=release,
     )
     written = []

@@ -9,14 +9,13 @@ interpreter sees), which two readings of the same machine need not agree on.
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matrix.cells import Cell, Host, Stack, select
+from matrix.cells import Cell, Host, Stack, StrEnum, select
 from matrix.errors import MatrixError
 from matrix.host.classify import DetectedHost, detect, detected_from_record
 from matrix.host.facts import collect_facts
@@ -25,7 +24,7 @@ from matrix.records import read_record
 PLAN_SCHEMA = "wslpin-kit.plan/1"
 
 
-class Execution(enum.StrEnum):
+class Execution(StrEnum):
     NATIVE = "native"  # the machine is the cell's host, GPU stack included
     EMULATED = "emulated"  # real GPU stack; WSL2 host presented to vLLM by a patched uname
     GATE_ONLY = "gate-only"  # no usable GPU for the cell: gate tests only

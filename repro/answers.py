@@ -150,8 +150,8 @@ def run_remembered(
 ) -> list[Outcome]:
     """``run_isolated(fn, args)``, answering from the cache what it already holds (``question`` names ``fn``).
 
-    ``before(children)`` runs only when some child must start, told how many (the parent's preload); ``salt`` adds what the
-    answers depend on beyond the installation (the files a request names, say).
+    ``before(children)`` runs only when some child must start, told how many (the parent's preload); ``salt`` adds
+    what the answers depend on beyond the installation (the files a request names, say).
     """
     kept = memory(question, timeout, salt)
     if kept is None:

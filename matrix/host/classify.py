@@ -162,7 +162,7 @@ def detected_from_record(record: dict) -> DetectedHost:
 def _key_like(run: str) -> bool:
     if not all(re.search(kind, run) for kind in ("[A-Z]", "[a-z]", "[0-9]")):
         return False
-    pairs = [(a, b) for a, b in zip(run, run[1:], strict=False) if a.isalpha() and b.isalpha()]
+    pairs = [(a, b) for a, b in zip(run, run[1:]) if a.isalpha() and b.isalpha()]
     return sum(a.isupper() != b.isupper() for a, b in pairs) >= KEY_CASE_CHANGES * len(pairs)
 
 
@@ -266,7 +266,7 @@ def environment_record(facts: HostFacts, pinned_allocation: dict | None = None) 
     body = {key: _scrubbed(value, homes) for key, value in body.items()}
     body["environment"] = redact(facts.environ)
     body["env_hash"] = environment_hash(body)
-    return {"collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), **body}
+    return {"collected_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **body}
 
 
 def environment_hash(record: dict) -> str:
