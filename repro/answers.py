@@ -139,6 +139,16 @@ def memory(question: str, timeout: float, salt: str = "") -> Memory | None:
     return Memory(cache, question, environment_key(salt), time_left(timeout))
 
 
+def kept_directory(name: str) -> Path | None:
+    """A directory ``name`` kept as long as the answers are (the kit's test session), or None where none are."""
+    where = os.environ.get(CACHE_VARIABLE)
+    if not where:
+        return None
+    directory = Path(where) / name
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
 def run_remembered(
     question: str,
     fn: Callable[[Any], Any],

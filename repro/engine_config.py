@@ -11,6 +11,7 @@ every release's history run, instead of on the first GPU the reproduction meets.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -25,7 +26,7 @@ from matrix.cells import Cell
 from matrix.host import reads
 from matrix.plan import CellPlan, Execution
 from repro import emulation
-from repro.answers import memory, tree_digest
+from repro.answers import kept_directory, memory, tree_digest
 from repro.engine import engine_kwargs
 from repro.gate import preload
 from repro.isolation import Outcome, run_isolated
@@ -151,11 +152,13 @@ def _tokenizer(model: str) -> dict:
 def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) -> dict[Cell, Outcome]:
     """One child per request, as many at a time as there are cores; each cell's answer.
 
-    The children share one vLLM cache root, made for this call. vLLM inspects the model's architecture in
+    The children share one vLLM cache root, made for this call where no answers are kept. vLLM inspects the model's architecture in
     an interpreter of its own, which neither the presented host nor the stand-in GPU reaches, so its
-    answer is every cell's; cached, it costs one ~10 s interpreter start per call instead of one per child.
+    answer is every cell's; cached, it costs one ~20 s interpreter start per call instead of one per child.
     Where the kit's tests keep answers (``repro.answers``), each cell's is kept on its own, since one test
-    asks for other cells together than the next: a child starts only for the cells none has asked yet.
+    asks for other cells together than the next: a child starts only for the cells none has asked yet; and
+    the cache root is kept with them, as a user's is kept between runs (vLLM keys its entry by the model
+    module's hash and writes it whole), so the architecture is inspected once per test session.
     """
     # The tokenizer's answer is read from the model's files.
     models = "".join(tree_digest(Path(model)) for model in sorted({request.model for request in requests}))
@@ -176,7 +179,9 @@ def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) ->
     asked = [request for request in unanswered if request.runs]
     if asked:
         preload(len(asked), all(request.stub_gpu for request in asked))
-        with tempfile.TemporaryDirectory(prefix="wslpin-config-") as cache:
+        with contextlib.ExitStack() as stack:
+            kept_root = kept_directory("vllm-cache-root")
+            cache = str(kept_root or stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-config-")))
             outcomes = run_isolated(functools.partial(check, cache_root=cache), asked, timeout=timeout)
         for request, outcome in zip(asked, outcomes, strict=True):
             for run in request.runs:

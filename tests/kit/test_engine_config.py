@@ -98,3 +98,28 @@ def test_each_cells_answer_is_kept_on_its_own_for_the_next_test_that_asks_in_ano
     (alone,) = engine_config.requests_for(Plan.detected(select("cuda-wsl2new-v1-eager")).cells, model)
     assert engine_config.evaluate([alone]) == {cell: first[cell] for cell in select("cuda-wsl2new-v1-eager")}
     assert engine_config.evaluate(both) == first
+
+
+def test_the_models_architecture_is_inspected_once_where_answers_are_kept(tmp_path, monkeypatch):
+    """vLLM inspects the model in an interpreter of its own (~20 s) and caches what it found under its cache
+    root; where the kit's tests keep answers, that root is kept with them, as a user's is between runs, so a
+    later evaluation of other cells reads vLLM's entry instead of inspecting again."""
+    from matrix.cells import select
+    from matrix.plan import Plan
+    from repro import engine_config
+    from repro.answers import CACHE_VARIABLE
+
+    first, then = "cuda-wsl2new-v2-graph", "rocm-wsl2old-v1-eager"  # another stack and host: another child
+    require_gate_only(f"{first},{then}")
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "answers"))
+    model = tiny_model(tmp_path / "models")
+
+    def answer(cell: str) -> None:
+        outcomes = engine_config.evaluate(engine_config.requests_for(Plan.detected(select(cell)).cells, model))
+        assert all(outcome.ok and "settings" in outcome.value["config"] for outcome in outcomes.values()), outcomes
+
+    answer(first)
+    (entry,) = (tmp_path / "answers").rglob("modelinfos/**/*.json")
+    written = entry.stat().st_mtime_ns, entry.read_bytes()
+    answer(then)
+    assert (entry.stat().st_mtime_ns, entry.read_bytes()) == written, "vLLM inspected the model again"
