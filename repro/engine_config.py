@@ -152,13 +152,13 @@ def _tokenizer(model: str) -> dict:
 def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) -> dict[Cell, Outcome]:
     """One child per request, as many at a time as there are cores; each cell's answer.
 
-    The children share one vLLM cache root, made for this call where no answers are kept. vLLM inspects the model's architecture in
-    an interpreter of its own, which neither the presented host nor the stand-in GPU reaches, so its
-    answer is every cell's; cached, it costs one ~20 s interpreter start per call instead of one per child.
-    Where the kit's tests keep answers (``repro.answers``), each cell's is kept on its own, since one test
-    asks for other cells together than the next: a child starts only for the cells none has asked yet; and
-    the cache root is kept with them, as a user's is kept between runs (vLLM keys its entry by the model
-    module's hash and writes it whole), so the architecture is inspected once per test session.
+    The children share one vLLM cache root, made for this call where no answers are kept. vLLM inspects the
+    model's architecture in an interpreter of its own, which neither the presented host nor the stand-in GPU
+    reaches, so its answer is every cell's; cached, it costs one ~20 s interpreter start per call instead of
+    one per child. Where the kit's tests keep answers (``repro.answers``), each cell's is kept on its own,
+    since one test asks for other cells together than the next: a child starts only for the cells none has
+    asked yet; and the cache root is kept with them, as a user's is kept between runs (vLLM keys its entry by
+    the model module's hash and writes it whole), so the architecture is inspected once per test session.
     """
     # The tokenizer's answer is read from the model's files.
     models = "".join(tree_digest(Path(model)) for model in sorted({request.model for request in requests}))
