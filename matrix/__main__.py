@@ -68,12 +68,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         runner=Runner.parse(args.runner) if args.runner else None,
         mode=Mode.parse(args.mode) if args.mode else None,
     )
-    setup = answer.set_up(facts.collect_facts(), asked)
-    if args.matrix:
-        table = published.read_published(Path(args.matrix), f"--matrix {args.matrix}")
-    else:
-        table = published.read_published(KIT_ROOT / PUBLISHED, PUBLISHED)
-    found = answer.answer(setup, table)
+    try:
+        setup = answer.set_up(facts.collect_facts(), asked)
+        if args.matrix:
+            table = published.read_published(Path(args.matrix), f"--matrix {args.matrix}")
+        else:
+            table = published.read_published(KIT_ROOT / PUBLISHED, PUBLISHED)
+        found = answer.answer(setup, table)
+    except answer.RefusedError as exc:
+        raise MatrixError(render.refusal(exc.refusal)) from None
     print(render.render_json(found) if args.json else render.render_text(found))
     return 0
 

@@ -1,6 +1,7 @@
 """Every environment variable the kit sets for vLLM, once: its name, what it does, the values the kit tries.
 
-The kit reads them back only where it stands in for vLLM (the benchmark's test server).
+The kit reads them back where it stands in for vLLM (the benchmark's test server), and where the doctor
+says what vLLM will make of the values a user has set (``vllm_reads``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Variable:
     name: str
     does: str
     values: tuple[str, ...]  # every value the kit sets; UNSET removes the variable
+    since: str | None = None  # the first vLLM release that reads it; None: every release the kit runs
 
     def apply(self, environ: MutableMapping[str, str], value: str) -> None:
         """Set ``value`` in ``environ``, or remove the variable for UNSET."""
@@ -36,10 +38,23 @@ class Variable:
             environ[self.name] = value
 
 
+def vllm_reads(value: str) -> bool | None:
+    """What vLLM makes of ``value`` in PIN_MEMORY or V2_MODEL_RUNNER: ``bool(int(value))``, as its envs.py reads both.
+
+    So ``" 1"``, ``"01"`` and ``"2"`` are on, ``"0"`` is off, and None where ``int`` raises ValueError
+    (``"true"``, ``"yes"``, ``""``): vLLM stops with that error at start-up, when its engine reads every variable.
+    """
+    try:
+        return bool(int(value))
+    except ValueError:
+        return None
+
+
 PIN_MEMORY = Variable(
     "VLLM_WSL2_ENABLE_PIN_MEMORY",
     "1 lets vLLM pin host memory on a WSL2 kernel at or above 4.19.121 (vLLM 0.24.0+, #41496)",
     BENCH_PIN_VALUES,
+    since="0.24.0",
 )
 V2_MODEL_RUNNER = Variable(
     "VLLM_USE_V2_MODEL_RUNNER",

@@ -1,19 +1,19 @@
 """The set-up asked about (this machine, or flags over it) and the published answer for it: pure decisions.
 
-Each choice keeps where it came from, so the answer can say what it assumed and how to ask otherwise.
+Each choice keeps where it came from, so the answer can say what it assumed and how to ask otherwise. What the
+doctor cannot answer is a ``RefusedError`` holding one small record of why; ``render`` words it, as it words the answer.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, Union
 
 from matrix.cells import Cell, Host, Mode, Runner, Stack
-from matrix.doctor.published import REGENERATE, CellEntry, Published, Release, release_number
-from matrix.errors import MatrixError
-from matrix.host.classify import HostFacts, classify_host, classify_stack
-from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
+from matrix.doctor.published import CellEntry, Kind, Published, Release, Version, parse_version, release_number
+from matrix.host.classify import HostFacts, classify_host, classify_stack, parse_kernel_version
+from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER, Variable, vllm_reads
 
 T = TypeVar("T")
 
@@ -44,9 +44,39 @@ class Asked:
     mode: Mode | None = None
 
 
+class Reads(enum.Enum):
+    """What vLLM makes of a variable's value here (``matrix.variables.vllm_reads``)."""
+
+    UNSET = "unset"
+    ON = "on"  # read as 1
+    OFF = "off"  # read as 0
+    UNREADABLE = "unreadable"  # int() raises ValueError: vLLM stops at start-up
+    NOT_READ = "not-read"  # the release answering predates the variable
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One of the variables the doctor reads, as set here and as vLLM reads it."""
+
+    variable: Variable
+    value: str | None  # None: unset
+    reads: Reads
+
+
+def _setting(variable: Variable, value: str | None, release: tuple[int, ...] | None = None) -> Setting:
+    """``variable`` set to ``value`` (None: unset) as vLLM reads it; ``release``: the vLLM answering, if it matters."""
+    if value is None:
+        return Setting(variable, None, Reads.UNSET)
+    if release is not None and variable.since is not None and release < (release_number(variable.since) or ()):
+        return Setting(variable, value, Reads.NOT_READ)
+    read = vllm_reads(value)
+    return Setting(variable, value, Reads.UNREADABLE if read is None else Reads.ON if read else Reads.OFF)
+
+
 @dataclass(frozen=True)
 class SetUp:
     kernel: Chosen[str]  # a uname release
+    kernel_read: bool  # False: the machine's release is not one the doctor can read, and ``host`` is assumed
     host: Host
     stack: Chosen[Stack]
     stack_reason: str  # how detection found the stack; empty for --stack
@@ -55,47 +85,89 @@ class SetUp:
     runner: Chosen[Runner] | None  # None: the release's default decides
     mode: Chosen[Mode]
     pin_memory: str | None  # PIN_MEMORY's value here; None when unset
+    runner_variable: Setting  # V2_MODEL_RUNNER here
 
 
-def _runner_variable(environ: dict[str, str]) -> Runner | None:
-    value = environ.get(V2_MODEL_RUNNER.name)
-    if value is None:
-        return None
-    if value not in ("0", "1"):
-        raise MatrixError(f"{V2_MODEL_RUNNER.name}={value!r} is neither 0 (V1) nor 1 (V2): unset it or pass --runner")
-    return Runner.V2 if value == "1" else Runner.V1
+# Why the doctor cannot answer: one record each, worded by render.refusal.
+@dataclass(frozen=True)
+class UnreadableKernel:
+    release: str  # --kernel's value: not a `uname -r` release
+
+
+@dataclass(frozen=True)
+class NoStack:
+    kernel: str
+    host: Host
+    reason: str  # what detection found instead
+
+
+@dataclass(frozen=True)
+class NotARelease:
+    asked: Chosen[str]  # --vllm's value or the installed version
+
+
+@dataclass(frozen=True)
+class OlderThanAll:
+    asked: str
+    matrix: str
+    oldest: str
+
+
+@dataclass(frozen=True)
+class NoCell:
+    matrix: str
+    cell: Cell
+    vllm: str
+
+
+Refusal = Union[UnreadableKernel, NoStack, NotARelease, OlderThanAll, NoCell]
+
+
+class RefusedError(Exception):
+    """The doctor cannot answer: ``refusal`` says why."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal)
+        self.refusal = refusal
 
 
 def set_up(facts: HostFacts, asked: Asked) -> SetUp:
-    """The set-up: each flag given, else what ``facts`` say; one line when no GPU stack is known."""
+    """The set-up: each flag given, else what ``facts`` say; refused for a --kernel that is no kernel release."""
     if asked.kernel is not None:
+        if parse_kernel_version(asked.kernel) is None:
+            raise RefusedError(UnreadableKernel(asked.kernel))
         # The release alone decides, as in vLLM: "microsoft" in it is WSL2, anything else native Linux.
         kernel, host = Chosen(asked.kernel, Source.FLAG), classify_host(HostFacts(uname={"release": asked.kernel}))
+        kernel_read = True
     else:
-        kernel, host = Chosen(facts.uname.get("release", ""), Source.MACHINE), classify_host(facts)
+        # A machine's release the doctor cannot read is answered for what classify_host makes of it, said so:
+        # native Linux, or on WSL2 a kernel below the gate, as vLLM takes a WSL2 kernel it cannot parse.
+        release = facts.uname.get("release", "")
+        kernel, host = Chosen(release, Source.MACHINE), classify_host(facts)
+        kernel_read = parse_kernel_version(release) is not None
     if asked.stack is not None:
         stack, reason = Chosen(asked.stack, Source.FLAG), ""
     else:
         detected, reason = classify_stack(facts)
         if detected is None:
             # Still say what was read: the kernel's side of the gate answers half the question already.
-            raise MatrixError(
-                f"kernel {kernel.value or '?'} ({host.value}), but no GPU stack found here ({reason}): "
-                "pass --stack cuda or --stack rocm"
-            )
+            raise RefusedError(NoStack(kernel.value, host, reason))
         stack = Chosen(detected, Source.MACHINE)
     installed = (facts.vllm or {}).get("version")
     if asked.vllm is not None:
         vllm: Chosen[str] | None = Chosen(asked.vllm, Source.FLAG)
     else:
         vllm = Chosen(installed, Source.MACHINE) if installed else None
-    runner_variable = _runner_variable(facts.environ)
+    runner_variable = _setting(V2_MODEL_RUNNER, facts.environ.get(V2_MODEL_RUNNER.name))
     if asked.runner is not None:
         runner: Chosen[Runner] | None = Chosen(asked.runner, Source.FLAG)
+    elif runner_variable.reads in (Reads.ON, Reads.OFF):
+        runner = Chosen(Runner.V2 if runner_variable.reads is Reads.ON else Runner.V1, Source.VARIABLE)
     else:
-        runner = Chosen(runner_variable, Source.VARIABLE) if runner_variable else None
+        runner = None  # unset, or a value vLLM cannot read (said beside the answer): the release's default
     return SetUp(
         kernel=kernel,
+        kernel_read=kernel_read,
         host=host,
         stack=stack,
         stack_reason=reason,
@@ -104,7 +176,18 @@ def set_up(facts: HostFacts, asked: Asked) -> SetUp:
         runner=runner,
         mode=Chosen(asked.mode, Source.FLAG) if asked.mode else Chosen(Mode.GRAPH, Source.DEFAULT),
         pin_memory=facts.environ.get(PIN_MEMORY.name),
+        runner_variable=runner_variable,
     )
+
+
+class Match(enum.Enum):
+    """How the release answering stands to the version asked about."""
+
+    NEWEST = "newest"  # nothing asked or installed: the newest release answers
+    SAME = "same"  # the asked version's release (for a pre-, dev or post-release: the nearest published one)
+    NEAREST_OLDER = "nearest-older"  # the matrix lacks it: the nearest older release
+    NEWER_PATCH = "newer-patch"  # newer than the newest, in the same minor release: the newest
+    NEWER = "newer"  # newer than the newest by more than a patch: the newest, with a gap nothing published covers
 
 
 @dataclass(frozen=True)
@@ -112,40 +195,67 @@ class Answer:
     setup: SetUp
     matrix: str  # the file's name in messages
     release: Release
-    nearest_older: bool  # the matrix lacks the asked release: the release is the nearest older one
+    version: Version | None  # the version asked about or installed; None: neither
+    match: Match
     runner: Chosen[Runner]
     entry: CellEntry
+    pin: Setting  # PIN_MEMORY as the release answering reads it here
 
     @property
     def cell(self) -> Cell:
         return self.entry.cell
 
     @property
+    def nearest_older(self) -> bool:
+        """The matrix lacks the asked release: an older one answers."""
+        return self.match in (Match.NEAREST_OLDER, Match.NEWER_PATCH, Match.NEWER)
+
+    @property
+    def not_final(self) -> bool:
+        """The version asked about is a pre-, dev or post-release, which no published release is."""
+        return self.version is not None and self.version.kind is not Kind.FINAL
+
+    @property
     def opted_in(self) -> bool:
-        """Whether PIN_MEMORY is already 1 here, as a needs-opt-in verdict asks."""
-        return self.setup.pin_memory == "1"
+        """Whether vLLM reads PIN_MEMORY as 1 here, as a needs-opt-in verdict asks."""
+        return self.pin.reads is Reads.ON
+
+    @property
+    def issues(self) -> tuple[str, ...]:
+        """Every issue the published entry names, the cell's known failures' first, once each."""
+        named = list(self.entry.issues) + [issue for v in self.entry.verdicts for issue in v.issues]
+        return tuple(dict.fromkeys(named))
 
 
-def _release(setup: SetUp, published: Published) -> tuple[Release, bool]:
-    """The release asked about, else the nearest older one (True), else the newest when nothing was asked."""
+def _version(setup: SetUp) -> Version | None:
     if setup.vllm is None:
-        return published.releases[0], False
-    asked = release_number(setup.vllm.value)
-    if asked is None:
-        raise MatrixError(f"vLLM {setup.vllm.value!r} is not a release number: give one like 0.33.0 with --vllm")
+        return None
+    version = parse_version(setup.vllm.value)
+    if version is None:
+        raise RefusedError(NotARelease(setup.vllm))
+    return version
+
+
+def _release(version: Version | None, published: Published) -> tuple[Release, Match]:
+    """The release that answers for ``version`` and how it stands to it; refused below every release."""
+    newest = published.releases[0]
+    if version is None:
+        return newest, Match.NEWEST
+    asked = version.number
+    if asked > newest.number:
+        # The same minor release (0.33.x of 0.33.0) differs by patches; another minor by anything.
+        same_minor = (asked + (0, 0))[:2] == (newest.number + (0, 0))[:2]
+        return newest, Match.NEWER_PATCH if same_minor else Match.NEWER
     older = [r for r in published.releases if r.number <= asked]
     if not older:
-        oldest = published.releases[-1].vllm
-        raise MatrixError(
-            f"vLLM {setup.vllm.value} is older than every release in {published.name} (the oldest is {oldest}): "
-            f"upgrade vLLM, or ask about one with --vllm {oldest} or later"
-        )
-    return older[0], older[0].number != asked
+        raise RefusedError(OlderThanAll(version.text, published.name, published.releases[-1].vllm))
+    return older[0], Match.SAME if older[0].number == asked else Match.NEAREST_OLDER
 
 
 def answer(setup: SetUp, published: Published) -> Answer:
-    """The published cell and release for ``setup``; one line when the matrix has no cell for it."""
-    release, nearest_older = _release(setup, published)
+    """The published cell and release for ``setup``; refused when the matrix has no cell for it."""
+    version = _version(setup)
+    release, match = _release(version, published)
     if setup.runner is not None:
         runner = setup.runner
     elif release.default_runner is not None:
@@ -155,5 +265,6 @@ def answer(setup: SetUp, published: Published) -> Answer:
     cell = Cell(setup.stack.value, setup.host, runner.value, setup.mode.value)
     entry = release.entry(cell)
     if entry is None:
-        raise MatrixError(f"{published.name} has no cell {cell} for vLLM {release.vllm}: {REGENERATE}")
-    return Answer(setup, published.name, release, nearest_older, runner, entry)
+        raise RefusedError(NoCell(published.name, cell, release.vllm))
+    pin = _setting(PIN_MEMORY, setup.pin_memory, release.number)
+    return Answer(setup, published.name, release, version, match, runner, entry, pin)

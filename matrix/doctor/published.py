@@ -7,6 +7,7 @@ a bare Python lacks, hence this reader of its own.
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ class QuestionVerdict:
     level: Level
     advice: str
     why: str
+    issues: tuple[str, ...]  # the issues the verdict's rules name (URLs)
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,54 @@ class CellEntry:
     command: str
     evidence: tuple[str, ...]
     verdicts: tuple[QuestionVerdict, ...]  # in Question's order
+    status: str  # the cell's status against the kit's rules (pass, known-fail, ...)
+    issues: tuple[str, ...]  # the issues the cell's known failures name (URLs)
 
     @property
     def level(self) -> Level:
         """The weakest of the verdicts' levels: how far the whole answer may be trusted."""
         return min(v.level for v in self.verdicts)
+
+
+# A version as pip spells one (PEP 440, case-insensitive): the release, then a pre-release, post-release,
+# development or local part. ``0.33.0rc1``, ``0.33.0.post1``, ``0.34.0.dev12+g1a2b3c``, ``0.33.0+cu129``.
+_VERSION = re.compile(
+    r"v?(?P<release>\d+(?:\.\d+)*)"
+    r"(?P<pre>[-_.]?(?:alpha|beta|preview|pre|rc|a|b|c)[-_.]?\d*)?"
+    r"(?P<post>[-_.]?(?:post|rev|r)[-_.]?\d*)?"
+    r"(?P<dev>[-_.]?dev[-_.]?\d*)?"
+    r"(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?",
+    re.IGNORECASE,
+)
+
+
+class Kind(enum.Enum):
+    """What a version is besides its release number."""
+
+    FINAL = "final"  # the release itself; a local build of it (``+cu129``) too
+    PRE = "pre"  # a release candidate, alpha or beta of it
+    DEV = "dev"  # a development build on the way to it
+    POST = "post"  # a post-release of it
+
+
+@dataclass(frozen=True)
+class Version:
+    """A vLLM version asked about or installed."""
+
+    text: str  # as given
+    release: str  # its release part as written: ``0.33.0`` of ``0.33.0rc1``
+    number: tuple[int, ...]  # release_number(release)
+    kind: Kind
+
+
+def parse_version(text: str) -> Version | None:
+    """``text`` as a version pip would accept; None when it is not one."""
+    match = _VERSION.fullmatch(text.strip())
+    if match is None:
+        return None
+    release = match["release"]
+    kind = Kind.DEV if match["dev"] else Kind.PRE if match["pre"] else Kind.POST if match["post"] else Kind.FINAL
+    return Version(text, release, release_number(release) or (0,), kind)
 
 
 def release_number(text: str) -> tuple[int, ...] | None:
@@ -97,6 +142,13 @@ def _axis(axis: type[A], text: str, where: str) -> A:
         raise _ShapeError(f"{where}: {exc}") from None
 
 
+def _issues(obj: Any, where: str) -> tuple[str, ...]:
+    issues = _get(obj, "issues", list, where)
+    if not all(isinstance(issue, str) for issue in issues):
+        raise _ShapeError(f"{where} has issues that are not strings")
+    return tuple(issues)
+
+
 def _verdict(obj: Any, question: Question, where: str) -> QuestionVerdict:
     here = f"{where} verdict {question.value}"
     return QuestionVerdict(
@@ -105,6 +157,7 @@ def _verdict(obj: Any, question: Question, where: str) -> QuestionVerdict:
         _axis(Level, _get(obj, "level", str, here), here),
         _get(obj, "advice", str, here),
         _get(obj, "why", str, here),
+        _issues(obj, here),
     )
 
 
@@ -124,6 +177,8 @@ def _cell(obj: Any, where: str) -> CellEntry:
         _get(obj, "command", str, here),
         tuple(evidence),
         tuple(_verdict(verdicts.get(q.value), q, here) for q in Question),
+        _get(obj, "status", str, here),
+        _issues(obj, here),
     )
 
 

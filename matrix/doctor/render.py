@@ -1,19 +1,41 @@
-"""Every word the doctor prints: the answer as a short text block, or as JSON for machines."""
+"""Every word the doctor prints: the answer as a short text block, or as JSON for machines, and why it refuses."""
 
 from __future__ import annotations
 
 import json
+import re
 
-from matrix.cells import WSL2_PIN_KERNEL, Host
-from matrix.doctor.answer import Answer, Source
-from matrix.questions import Question, Verdict
+from matrix.cells import WSL2_PIN_KERNEL, Host, Mode, Runner
+from matrix.doctor.answer import (
+    Answer,
+    Match,
+    NoStack,
+    NotARelease,
+    OlderThanAll,
+    Reads,
+    Refusal,
+    Setting,
+    Source,
+    UnreadableKernel,
+)
+from matrix.doctor.published import REGENERATE, Kind
+from matrix.questions import Level, Question, Verdict
 from matrix.report.visible import visible
-from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
+from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
 
+# The published report calls the offload question "CPU offload" in every mode; the doctor answers for one
+# mode, and names it so.
 QUESTION_WORDS = {
-    Question.ENGINE_START: "engine start",
-    Question.OFFLOAD_WITH_GRAPHS: "offload with graphs",
-    Question.PINNED_MEMORY: "pinned memory",
+    Mode.GRAPH: {
+        Question.ENGINE_START: "engine start",
+        Question.OFFLOAD_WITH_GRAPHS: "offload with graphs",
+        Question.PINNED_MEMORY: "pinned memory",
+    },
+    Mode.EAGER: {
+        Question.ENGINE_START: "engine start",
+        Question.OFFLOAD_WITH_GRAPHS: "CPU offload (eager)",
+        Question.PINNED_MEMORY: "pinned memory",
+    },
 }
 _GATE = ".".join(map(str, WSL2_PIN_KERNEL))
 HOST_WORDS = {
@@ -21,53 +43,187 @@ HOST_WORDS = {
     Host.WSL2OLD: f"WSL2, kernel below {_GATE}",
     Host.WSL2NEW: f"WSL2, kernel {_GATE} or later",
 }
+# A verdict's level in its row: only a run on the set-up's own host is a measurement.
+LEVEL_WORDS = {
+    Level.PREDICTED: "predicted",
+    Level.EMULATED: "emulated",
+    Level.NATIVE: "measured",
+    Level.NONE: "no evidence",
+}
+KIND_WORDS = {Kind.PRE: "a pre-release", Kind.DEV: "a development build", Kind.POST: "a post-release"}
+OPT_IN_STEP = f"set {PIN_MEMORY.name}={OPT_IN}"
+# What `nox -s "cell(...)"` installs before it runs (noxfile's _install_vllm; README: "What a GPU-less session
+# installs"): the sizes are the environments' on disk.
+CHECK_INSTALLS = (
+    "it first installs vLLM {vllm} into .nox/: with a GPU here, vLLM and its CUDA torch from the package index, "
+    "about 9 GB; without one, vLLM's wheel and a CPU torch, about 3 GB, and the tests that need a GPU are skipped"
+)
+_ISSUE_NUMBER = re.compile(r"/(?:issues|pull)/(\d+)/?$")
+
+
+def _shown(value: str) -> str:
+    """A variable's value as the answer quotes it: a number as it is, anything else in quotes."""
+    return value if value.isdigit() and value.isascii() else repr(value)
+
+
+def _how_known(a: Answer) -> str:
+    """How the answer is known, by the weakest level of its verdicts: the line it leads with."""
+    vllm, host = a.release.vllm, HOST_WORDS[a.setup.host]
+    return {
+        Level.PREDICTED: f"predicted from vLLM {vllm}'s own code, no GPU has run this set-up",
+        Level.EMULATED: f"emulated: vLLM {vllm} ran on a GPU under native Linux shown this uname, not on {host}",
+        Level.NATIVE: f"measured: vLLM {vllm} ran this set-up on a GPU, on {host}",
+        Level.NONE: f"no evidence: nothing has run this set-up with vLLM {vllm}",
+    }[a.entry.level]
+
+
+def _kernel_words(a: Answer) -> str:
+    s = a.setup
+    if s.kernel.source is Source.FLAG:
+        return f"{s.kernel.value}: {HOST_WORDS[s.host]} (--kernel)"
+    if s.kernel_read:
+        return f"{s.kernel.value}: {HOST_WORDS[s.host]} (uname)"
+    assumed = (
+        f"WSL2 with a kernel below {_GATE}, as vLLM takes a WSL2 kernel it cannot parse"
+        if s.host.is_wsl
+        else "native Linux, as nothing says WSL2"
+    )
+    unread = "is not a kernel release the doctor can read"
+    return f"{s.kernel.value!r} (uname) {unread}: assumed {assumed}; ask with --kernel RELEASE"
 
 
 def _runner_words(a: Answer) -> str:
+    variable = a.setup.runner_variable
+    if a.runner.source is Source.VARIABLE and variable.value is not None:
+        read = "" if variable.value in ("0", "1") else f", which vLLM reads as {a.runner.value.env_value}"
+        return f"{V2_MODEL_RUNNER.name}={_shown(variable.value)}{read}"
     return {
         Source.FLAG: "--runner",
-        Source.VARIABLE: f"{V2_MODEL_RUNNER.name}={a.runner.value.env_value}",
         Source.MATRIX: f"vLLM {a.release.vllm}'s default",
         Source.ASSUMED: f"assumed: the matrix does not say vLLM {a.release.vllm}'s default; pass --runner",
     }[a.runner.source]
 
 
+def _unreadable(setting: Setting, to_set: str) -> str:
+    name = setting.variable.name
+    return (
+        f"{name}={_shown(setting.value or '')} is set here, which vLLM cannot read: it reads the variable as "
+        f"bool(int(value)) and stops with a ValueError at start-up; {to_set}"
+    )
+
+
+def _pin_words(a: Answer) -> str:
+    """What PIN_MEMORY's value here means to the release answering."""
+    pin, name = a.pin, PIN_MEMORY.name
+    if pin.reads is Reads.UNSET or pin.value is None:
+        return f"{name} is unset here"
+    if pin.reads is Reads.UNREADABLE:
+        return _unreadable(pin, f"set {name}={OPT_IN} to opt in, or unset it")
+    if pin.reads is Reads.NOT_READ:
+        since = pin.variable.since
+        return (
+            f"{name}={_shown(pin.value)} is set here, but vLLM {a.release.vllm} does not read it (it came in {since})"
+        )
+    if pin.reads is Reads.ON:
+        read = "" if pin.value == OPT_IN else ", which vLLM reads as 1"
+        return f"{name}={_shown(pin.value)} is set here{read}: the opt-in, and the answers below are for it"
+    read = "" if pin.value == "0" else ", which vLLM reads as 0"
+    return f"{name}={_shown(pin.value)} is set here{read}: no opt-in, as when unset"
+
+
 def _release_words(a: Answer) -> str:
+    """Where the release answering comes from: the cell line's parenthesis."""
     asked = a.setup.vllm
     if asked is None:
         return f"the newest in {a.matrix}: vLLM is not installed here; ask about another with --vllm X.Y.Z"
-    if a.nearest_older:
-        return f"the nearest older release: {a.matrix} has no {asked.value}"
-    return "--vllm" if asked.source is Source.FLAG else "installed"
+    source = "--vllm" if asked.source is Source.FLAG else "installed"
+    return {
+        Match.SAME: f"for {asked.value}, {source}" if a.not_final else source,
+        Match.NEAREST_OLDER: f"the nearest older release: {a.matrix} has no {asked.value}",
+        Match.NEWER_PATCH: f"the newest release, the same minor: {a.matrix} has no {asked.value}",
+        Match.NEWER: f"the newest release: {a.matrix} has no {asked.value}",
+        Match.NEWEST: source,
+    }[a.match]
+
+
+def _release_notes(a: Answer) -> list[str]:
+    """What the answer is not: the release asked about, when another answers for it."""
+    version, vllm = a.version, a.release.vllm
+    notes: list[str] = []
+    if version is None:
+        return notes
+    if version.kind is not Kind.FINAL:
+        notes.append(
+            f"{version.text} is {KIND_WORDS[version.kind]} of {version.release}, not {version.release} itself: "
+            f"this is vLLM {vllm}'s answer, the nearest published release"
+        )
+    if a.match is Match.NEWER:
+        notes.append(
+            f"vLLM {version.release} is newer than the newest release in {a.matrix}, {vllm}, by more than a patch: "
+            f"this is {vllm}'s answer, and nothing published covers the releases from {vllm} to {version.release}"
+        )
+    return notes
+
+
+def _advice(a: Answer, advice: str, verdict: Verdict) -> str:
+    """The published advice, less the opt-in it asks for where that is made here already."""
+    if not a.opted_in or a.pin.value is None:
+        return advice
+    made = f"{PIN_MEMORY.name}={_shown(a.pin.value)} is set"
+    if verdict is Verdict.NEEDS_OPT_IN:
+        return f"{made}: nothing more to set"
+    if advice.endswith(f", then {OPT_IN_STEP}"):
+        return f"{advice[: -len(f', then {OPT_IN_STEP}')]}; {made} already"
+    if advice.startswith(f"{OPT_IN_STEP} and "):
+        return f"{made}; also {advice[len(f'{OPT_IN_STEP} and ') :]}"
+    return advice
+
+
+def _issue_lines(a: Answer) -> list[str]:
+    """Each issue the published entry names, with its number and what it concerns."""
+    words = QUESTION_WORDS[a.setup.mode.value]
+    lines = []
+    for issue in a.issues:
+        concerns = [words[v.question] for v in a.entry.verdicts if issue in v.issues]
+        if issue in a.entry.issues:
+            concerns.insert(0, "a known failure of this set-up" if a.entry.status == "known-fail" else "this set-up")
+        number = _ISSUE_NUMBER.search(issue)
+        lines.append(f"  {'#' + number[1] + ' ' if number else ''}{issue} ({', '.join(concerns)})")
+    return lines
 
 
 def render_text(a: Answer) -> str:
     s = a.setup
-    kernel_from = "--kernel" if s.kernel.source is Source.FLAG else "uname"
     stack_from = "--stack" if s.stack.source is Source.FLAG else s.stack_reason
     mode_from = "--mode" if s.mode.source is Source.FLAG else "vLLM's default; eager only with --enforce-eager"
-    pin = f"={s.pin_memory}" if s.pin_memory is not None else " is unset"
     lines = [
-        f"kernel     {s.kernel.value}: {HOST_WORDS[s.host]} ({kernel_from})",
+        f"kernel     {_kernel_words(a)}",
         f"GPU stack  {s.stack.value} ({stack_from})",
         f"vLLM       {f'{s.installed_vllm} installed' if s.installed_vllm else 'not installed'}",
         f"runner     {a.runner.value} ({_runner_words(a)})",
         f"mode       {s.mode.value} ({mode_from})",
-        f"{PIN_MEMORY.name}{pin} here",
-        "",
-        f"cell       {a.cell}, vLLM {a.release.vllm} ({_release_words(a)})",
-        "",
+        _pin_words(a),
     ]
-    width = max(len(word) for word in QUESTION_WORDS.values())
+    if s.runner_variable.reads is Reads.UNREADABLE:
+        to_set = f"set {V2_MODEL_RUNNER.name}={Runner.V2.env_value} (V2) or {Runner.V1.env_value} (V1), or unset it"
+        lines.append(_unreadable(s.runner_variable, to_set))
+    lines += ["", f"cell       {a.cell}, vLLM {a.release.vllm} ({_release_words(a)})"]
+    lines += [f"           {note}" for note in _release_notes(a)]
+    lines += ["", f"{_how_known(a)}:"]
+    words = QUESTION_WORDS[s.mode.value]
+    width = max(len(word) for word in words.values())
     verdict_width = max(len(verdict.value) for verdict in Verdict)
     for v in a.entry.verdicts:
-        lines.append(f"{QUESTION_WORDS[v.question].ljust(width)}  {v.verdict.value.ljust(verdict_width)}  {v.level}")
-        already = v.verdict is Verdict.NEEDS_OPT_IN and a.opted_in
-        lines.append(f"  {v.advice}" + (f" ({PIN_MEMORY.name}=1 is already set here.)" if already else ""))
+        level = LEVEL_WORDS[v.level]
+        lines.append(f"{words[v.question].ljust(width)}  {v.verdict.value.ljust(verdict_width)}  {level}")
+        lines.append(f"  {_advice(a, v.advice, v.verdict)}")
         lines.append(f"  ({v.why})")
+    issues = _issue_lines(a)
+    if issues:
+        lines += ["", "known issues (the published entry names them):", *issues]
     lines += ["", f"evidence (weakest level: {a.entry.level}):"]
     lines += [f"  {sentence}" for sentence in a.entry.evidence] or ["  none recorded"]
-    lines += ["", f"check it here: {a.entry.command}"]
+    lines += ["", f"check it here: {a.entry.command}", f"  ({CHECK_INSTALLS.format(vllm=a.release.vllm)})"]
     # The matrix may be anyone's file (--matrix) and the variable anyone's value: neither may start a line.
     return "\n".join(visible(line) for line in lines)
 
@@ -84,8 +240,10 @@ def render_json(a: Answer) -> str:
             "levels": {v.question.value: v.level.value for v in verdicts},
             "sentences": list(a.entry.evidence),
         },
+        "issues": list(a.issues),
         "command": a.entry.command,
         "nearest_older": a.nearest_older,
+        "release_match": a.match.value,
         "asked": {
             "kernel": s.kernel.value,
             "host": s.host.value,
@@ -95,6 +253,34 @@ def render_json(a: Answer) -> str:
             "runner": a.runner.value.value,
             "mode": s.mode.value.value,
             PIN_MEMORY.name: s.pin_memory,
+            V2_MODEL_RUNNER.name: s.runner_variable.value,
         },
     }
     return json.dumps(document, indent=2)
+
+
+def refusal(r: Refusal) -> str:
+    """Why the doctor cannot answer, and what to do: the one line of its error."""
+    if isinstance(r, UnreadableKernel):
+        return (
+            f"--kernel {r.release!r} is not a kernel release: give a `uname -r` such as "
+            f"{Host.WSL2NEW.emulated_release} (WSL2) or {Host.LINUX.emulated_release} (native Linux)"
+        )
+    if isinstance(r, NoStack):
+        return (
+            f"kernel {r.kernel or '?'} ({r.host.value}), but no GPU stack found here ({r.reason}): "
+            "pass --stack cuda or --stack rocm"
+        )
+    if isinstance(r, NotARelease):
+        if r.asked.source is Source.FLAG:
+            return f"vLLM {r.asked.value!r} is not a release number: give one like 0.33.0 with --vllm"
+        return (
+            f"the installed vLLM's version {r.asked.value!r} is not one the doctor can read: "
+            "ask about a release with --vllm X.Y.Z"
+        )
+    if isinstance(r, OlderThanAll):
+        return (
+            f"vLLM {r.asked} is older than every release in {r.matrix} (the oldest is {r.oldest}): "
+            f"upgrade vLLM, or ask about one with --vllm {r.oldest} or later"
+        )
+    return f"{r.matrix} has no cell {r.cell} for vLLM {r.vllm}: {REGENERATE}"

@@ -38,6 +38,7 @@ def compat_document() -> dict:
                 "runner": cell.runner.value,
                 "mode": cell.mode.value,
                 "status": "pass",
+                "issues": [],
                 "command": f'nox -s "{cell.session}" -- --vllm {vllm}',
                 "evidence": [f"predicted: vLLM {vllm}'s own code decides, without a GPU (gate-only) (2026-12-01)"],
                 "verdicts": {q.value: _verdict(cell.id, vllm, q.value) for q in Question},

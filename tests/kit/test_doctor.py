@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import venv
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -26,7 +28,20 @@ from matrix.questions import Question
 from matrix.report.model import REPORT_SCHEMA
 from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
 
-KEYS = {"cell", "vllm", "verdicts", "advice", "evidence", "command", "nearest_older", "asked"}
+KEYS = {
+    "cell",
+    "vllm",
+    "verdicts",
+    "advice",
+    "evidence",
+    "issues",
+    "command",
+    "nearest_older",
+    "release_match",
+    "asked",
+}
+# A set-up whose offload and pinned-memory questions need the opt-in in the test's matrix.
+OPT_IN_SET_UP = ("--stack", "cuda", "--kernel", Host.WSL2NEW.emulated_release, "--vllm", "0.33.0", "--runner", "v2")
 
 
 @pytest.fixture
@@ -116,10 +131,8 @@ def test_the_runner_variable_picks_the_runner_and_an_opt_in_already_made_is_said
     assert got["asked"][PIN_MEMORY.name] == "1"
     text = doctor("--vllm", "0.33.0", "--matrix", str(compat), env=env).stdout
     assert f"runner     v1 ({V2_MODEL_RUNNER.name}=0)" in text
-    assert (
-        "offload_with_graphs advice for cuda-wsl2new-v1-graph at 0.33.0 (VLLM_WSL2_ENABLE_PIN_MEMORY=1 is already"
-        in text
-    )
+    assert f"{PIN_MEMORY.name}=1 is set: nothing more to set" in text
+    assert "offload_with_graphs advice for cuda-wsl2new-v1-graph" not in text
 
 
 @pytest.mark.parametrize(
@@ -277,3 +290,131 @@ def test_the_doctor_reads_a_real_reports_verdicts_for_each_cell(tmp_path):
         assert (got["cell"], got["vllm"], got["nearest_older"]) == (cell.cell.id, "0.26.0", True)
         assert got["verdicts"] == {a.question.value: a.verdict.value for a in answers}
         assert got["advice"] == {a.question.value: plain(advice(a)) for a in answers}
+
+
+def _matrix_with(tmp_path: Path, change: Callable[[dict, dict], None]) -> str:
+    """The test's matrix with ``change(cell, verdicts)`` applied to every cell of every release."""
+    document = compat_document()
+    for version in document["versions"]:
+        for cell in version["cells"]:
+            change(cell, cell["verdicts"])
+    path = tmp_path / "changed.json"
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def _text(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.reads_host
+def test_the_doctor_reads_the_variables_as_vllm_does_and_names_the_offload_question_by_mode(tmp_path):
+    def real_advice(cell: dict, verdicts: dict) -> None:
+        for verdict in verdicts.values():
+            if verdict["verdict"] == "needs-opt-in":
+                verdict["advice"] = f"set {PIN_MEMORY.name}=1"
+
+    flags = (*OPT_IN_SET_UP, "--matrix", _matrix_with(tmp_path, real_advice))
+    # An opt-in made is said, and its advice not repeated.
+    text = _text(doctor(*flags, env=_clean_env(**{PIN_MEMORY.name: "1"})))
+    assert f"{PIN_MEMORY.name}=1 is set here: the opt-in" in text
+    assert f"offload with graphs  needs-opt-in      emulated\n  {PIN_MEMORY.name}=1 is set: nothing more to set" in text
+    assert f"set {PIN_MEMORY.name}=1" not in text
+    # A value vLLM reads as 1 is the opt-in too; one it cannot read is said, with what to set instead.
+    assert f"{PIN_MEMORY.name}=2 is set here, which vLLM reads as 1: the opt-in" in _text(
+        doctor(*flags, env=_clean_env(**{PIN_MEMORY.name: "2"}))
+    )
+    text = _text(doctor(*flags, env=_clean_env(**{PIN_MEMORY.name: "true"})))
+    assert (
+        f"{PIN_MEMORY.name}='true' is set here, which vLLM cannot read: it reads the variable as bool(int(value)) "
+        f"and stops with a ValueError at start-up; set {PIN_MEMORY.name}=1 to opt in, or unset it"
+    ) in text
+    assert f"\n  set {PIN_MEMORY.name}=1\n" in text  # the advice still stands
+    # The runner's variable the same: read as vLLM reads it, or said to be unreadable.
+    no_runner = flags[: flags.index("--runner")] + flags[flags.index("--runner") + 2 :]
+    text = _text(doctor(*no_runner, env=_clean_env(**{V2_MODEL_RUNNER.name: "01"})))
+    assert f"runner     v2 ({V2_MODEL_RUNNER.name}=01, which vLLM reads as 1)" in text
+    text = _text(doctor(*no_runner, env=_clean_env(**{V2_MODEL_RUNNER.name: "yes"})))
+    assert f"{V2_MODEL_RUNNER.name}='yes' is set here, which vLLM cannot read" in text
+    assert "runner     v2 (vLLM 0.33.0's default)" in text
+    # In eager mode the offload question is not about graphs.
+    eager = _text(doctor(*flags, "--mode", "eager", env=_clean_env()))
+    assert "\nCPU offload (eager)  needs-opt-in" in eager and "offload with graphs" not in eager
+    assert "\noffload with graphs  needs-opt-in" in _text(doctor(*flags, env=_clean_env()))
+
+
+@pytest.mark.reads_host
+def test_the_doctor_says_what_it_cannot_read_and_how_each_answer_is_known(compat, tmp_path):
+    flags = ("--stack", "cuda", "--kernel", Host.WSL2NEW.emulated_release, "--matrix", str(compat))
+    # A --kernel that is no kernel release is refused, naming the flag and a valid value.
+    line = one_error_line(doctor(*flags, "--kernel", "banana", env=_clean_env()))
+    assert (
+        f"--kernel 'banana' is not a kernel release: give a `uname -r` such as {Host.WSL2NEW.emulated_release}" in line
+    )
+    # This machine's unusual release is answered for what is assumed, said so.
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import platform\n"
+        "real = platform.uname()\n"
+        "fake = platform.uname_result(real.system, 'wsl', 'custom-microsoft-build', real.version, real.machine)\n"
+        "platform.uname = lambda: fake\n"
+    )
+    machine = {k: v for k, v in _clean_env(PYTHONPATH=str(hook)).items() if k != "WSLPIN_PRESENT_HOST"}
+    text = _text(doctor("--stack", "cuda", "--vllm", "0.33.0", "--matrix", str(compat), env=machine))
+    assert "kernel     'custom-microsoft-build' (uname) is not a kernel release the doctor can read: " in text
+    assert "assumed WSL2 with a kernel below 4.19.121" in text and "cell       cuda-wsl2old-" in text
+    # A pre-release or development build is answered from the nearest release, said not to be it.
+    text = _text(doctor(*flags, "--vllm", "0.33.0rc1", env=_clean_env()))
+    assert "vLLM 0.33.0 (for 0.33.0rc1, --vllm)" in text
+    assert "0.33.0rc1 is a pre-release of 0.33.0, not 0.33.0 itself: this is vLLM 0.33.0's answer" in text
+    text = _text(doctor(*flags, "--vllm", "0.34.0.dev12+g1a2b3c4", env=_clean_env()))
+    assert "0.34.0.dev12+g1a2b3c4 is a development build of 0.34.0, not 0.34.0 itself" in text
+    # Newer than the newest: within a patch says which release answers, beyond it names the gap.
+    assert f"vLLM 0.33.0 (the newest release, the same minor: --matrix {compat} has no 0.33.1)" in _text(
+        doctor(*flags, "--vllm", "0.33.1", env=_clean_env())
+    )
+    got = answered(doctor("--json", *flags, "--vllm", "0.99.0", env=_clean_env()))
+    assert (got["vllm"], got["release_match"], got["nearest_older"]) == ("0.33.0", "newer", True)
+    assert (
+        f"vLLM 0.99.0 is newer than the newest release in --matrix {compat}, 0.33.0, by more than a patch: "
+        "this is 0.33.0's answer, and nothing published covers the releases from 0.33.0 to 0.99.0"
+    ) in _text(doctor(*flags, "--vllm", "0.99.0", env=_clean_env()))
+
+    # The answer leads with the published level: measured only where a run on the set-up's host says so.
+    def predicted_with_an_issue(cell: dict, verdicts: dict) -> None:
+        for verdict in verdicts.values():
+            verdict["level"] = "predicted"
+        if cell["id"].startswith("rocm-wsl2new-"):
+            cell["status"], cell["issues"] = "known-fail", ["https://github.com/vllm-project/vllm/issues/49861"]
+
+    measured = _text(doctor(*flags, "--kernel", "6.8.0-45-generic", "--vllm", "0.33.0", env=_clean_env()))
+    assert "\nmeasured: vLLM 0.33.0 ran this set-up on a GPU, on native Linux:\nengine start " in measured
+    rocm = ("--stack", "rocm", "--vllm", "0.33.0", "--matrix", _matrix_with(tmp_path, predicted_with_an_issue))
+    text = _text(doctor(*flags[:4], *rocm, env=_clean_env()))
+    assert "\npredicted from vLLM 0.33.0's own code, no GPU has run this set-up:\nengine start " in text
+    assert "measured" not in text
+    # Each known issue of the published entry, with its number.
+    assert "  #49861 https://github.com/vllm-project/vllm/issues/49861 (a known failure of this set-up)" in text
+    # What checking it here installs, and roughly how much.
+    assert "it first installs vLLM 0.33.0 into .nox/: with a GPU here, vLLM and its CUDA torch" in text
+    assert "about 9 GB" in text
+
+
+def test_run_from_docs_it_says_to_run_it_from_the_kits_root():
+    # docs/matrix/ (the published table) would be `-m matrix` there: a namespace package, no __main__.
+    # Without the kit on PYTHONPATH, as a person runs it (a start-up hook there would import the kit first).
+    env = {k: v for k, v in _clean_env().items() if k not in ("PYTHONPATH", "WSLPIN_PRESENT_HOST")}
+    for isolated in ((), ("-E", "-s", "-S")):
+        done = subprocess.run(
+            [sys.executable, *isolated, "-B", "-m", "matrix", "doctor", "--stack", "cuda"],
+            cwd=ROOT / "docs",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        again = "python3 -m matrix doctor --stack cuda"
+        assert one_error_line(done) == f"error: run this from the kit's root: cd {shlex.quote(str(ROOT))} && {again}\n"
