@@ -355,6 +355,28 @@ class Outcome:
         return f"vLLM {self.version}: {said} (key {self.key}) in {self.seconds:.1f} s"
 
 
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
+
+
+def progress(done: int, total: int, elapsed: float, to_compute: int, computed: Sequence[float]) -> str:
+    """After ``done`` of ``total`` releases: how long so far, and what is left by the releases computed so far.
+
+    A reused release takes a second or two, so what is left is the ones still to compute, at the mean of those
+    computed (none yet: unknown).
+    """
+    said = f"{done} of {total} releases in {_clock(elapsed)}"
+    if done == total:
+        return said
+    if not to_compute:
+        return f"{said}; the rest are cached"
+    if not computed:
+        return f"{said}; {to_compute} still to compute"
+    each = sum(computed) / len(computed)
+    return f"{said}; about {_clock(to_compute * each)} left ({to_compute} to compute at ~{each:.0f} s each)"
+
+
 def run_history(
     releases: Sequence[KeyInputs],
     compute: Callable[[str, Path], None],
@@ -371,15 +393,20 @@ def run_history(
     ``fresh``: compute every release. ``recheck``: compute these even if cached, and report where they differ
     from the cached copy (which is then kept, not replaced: which side is wrong is for a person to find out).
     A computation that raises stores nothing; one that writes no file (``nox --install-only``) neither, nor one
-    in which a child timed out (``TIMED_OUT``).
+    in which a child timed out (``TIMED_OUT``). After each release, a line says how far it is (``progress``).
     """
     outcomes = []
-    for inputs in releases:
+    began = time.perf_counter()
+    cached = [cached_entry(cache / r.version / r.key) for r in releases]
+    reuse = [
+        entry is not None and not fresh and r.version not in recheck for r, entry in zip(releases, cached, strict=True)
+    ]
+    computed: list[float] = []
+    for index, inputs in enumerate(releases):
         started = time.perf_counter()
         version, key = inputs.version, inputs.key
-        entry = cache / version / key
-        found = cached_entry(entry)
-        if found is not None and not fresh and version not in recheck:
+        entry, found = cache / version / key, cached[index]
+        if reuse[index] and found is not None:
             _place(found, results / version)
             outcome = Outcome(version, key, "reused", time.perf_counter() - started)
         else:
@@ -401,6 +428,9 @@ def run_history(
             if action != "computed nothing":
                 _place(where, results / version)
             outcome = Outcome(version, key, action, time.perf_counter() - started, differences)
+            computed.append(outcome.seconds)
         say(outcome.line())
         outcomes.append(outcome)
+        still = sum(not reused for reused in reuse[index + 1 :])
+        say(progress(index + 1, len(releases), time.perf_counter() - began, still, computed))
     return outcomes

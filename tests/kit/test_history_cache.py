@@ -16,7 +16,7 @@ from conftest import ROOT
 
 from matrix import history_cache
 from matrix.groups import GROUP_TESTS
-from matrix.history_cache import KeyInputs, Outcome, key_files, key_inputs, recheck_choice, run_history
+from matrix.history_cache import KeyInputs, Outcome, key_files, key_inputs, progress, recheck_choice, run_history
 
 COMMANDS = ("env", "plan", "split")
 TESTS = GROUP_TESTS["gate"]
@@ -184,8 +184,32 @@ def history(tmp_path: Path, compute, versions=("0.32.0", "0.33.0"), **options) -
         say=said.append,
         **options,
     )
-    assert said == [o.line() for o in outcomes]
+    assert said[::2] == [o.line() for o in outcomes]
+    assert [line.split(" releases in ")[0] for line in said[1::2]] == [
+        f"{i} of {len(versions)}" for i in range(1, len(versions) + 1)
+    ]
     return outcomes
+
+
+def test_each_release_is_followed_by_how_far_the_history_is_and_what_is_left(tmp_path):
+    history(tmp_path, Release(), versions=("0.32.0",))  # cached from here on
+    said: list[str] = []
+    releases = [
+        KeyInputs(v, "lock", "torch==2.13.0", "3.11.7", (), "recipe", ()) for v in ("0.31.0", "0.32.0", "0.33.0")
+    ]
+    run_history(
+        releases, Release(), results=tmp_path / "r", cache=tmp_path / "cache", scratch=tmp_path / "s", say=said.append
+    )
+    computed, reused, last = said[1], said[3], said[5]
+    assert computed.startswith("1 of 3 releases in ") and computed.endswith("(1 to compute at ~0 s each)"), computed
+    assert "about " in computed and " left " in computed
+    assert reused.startswith("2 of 3 releases in ") and reused.endswith("; about 0 s left (1 to compute at ~0 s each)")
+    assert last.startswith("3 of 3 releases in ") and "left" not in last
+    assert progress(1, 3, 5.0, 0, [5.0]) == "1 of 3 releases in 5 s; the rest are cached"
+    assert progress(1, 13, 2.0, 12, []) == "1 of 13 releases in 2 s; 12 still to compute"
+    assert progress(2, 13, 190.0, 11, [90.0, 100.0]) == (
+        "2 of 13 releases in 3 min 10 s; about 17 min 25 s left (11 to compute at ~95 s each)"
+    )
 
 
 def test_a_second_run_reuses_every_release_and_places_the_same_files(tmp_path):
