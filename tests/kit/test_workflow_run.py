@@ -190,3 +190,24 @@ def test_an_honest_run_passes(tmp_path, planned):
     assert {c["status"] for c in cells.values()} == {"pass"}
     assert all(c["evidence"][0].startswith("native run") for c in cells.values())
     assert compat["inputs"]["suspect"] == []
+
+
+def test_the_cell_jobs_tools_go_into_a_venv_of_the_jobs_own(tmp_path):
+    """A runner's system Python may refuse installs (Debian 12's is externally managed; pip's
+    PIP_REQUIRE_VIRTUALENV refuses the same way here): the step installs nox and uv into a venv under
+    RUNNER_TEMP, and the next steps find them through GITHUB_PATH."""
+    github_path = tmp_path / "github-path"
+    done = bash(
+        step("cell", "Install the kit's tools")["run"],
+        tmp_path,
+        RUNNER_TEMP=str(tmp_path),
+        GITHUB_PATH=str(github_path),
+        PIP_REQUIRE_VIRTUALENV="true",
+    )
+    assert done.returncode == 0, done.stderr
+    (tools,) = github_path.read_text().splitlines()
+    assert Path(tools) == tmp_path / "kit-tools" / "bin"
+    for tool in ("nox", "uv"):
+        version = subprocess.run([str(Path(tools) / tool), "--version"], capture_output=True, text=True, check=False)
+        assert version.returncode == 0, version.stderr
+    assert not any("--user" in line for s in JOBS["cell"]["steps"] for line in s.get("run", "").splitlines())
