@@ -161,3 +161,29 @@ def test_a_link_presets_the_chooser_and_the_status_filter_still_works(tmp_path, 
     expect(page.locator("#setup-release")).to_have_value(NEWER)
     expect(page.locator("#setup-answer")).to_have_text(said[(NEWER, CHOSEN)][0])
     assert console == []
+
+
+@pytest.mark.browser
+def test_a_link_with_a_malformed_hash_leaves_the_page_working(tmp_path, chromium_page):
+    """Anyone can send a link: a value that is not percent-encoding (#status=%), or a release the page lacks,
+    counts as absent, and the filter, the release select and the chooser still work."""
+    from playwright.sync_api import expect
+
+    page, console = chromium_page
+    report = two_releases(tmp_path)
+    said = answers(report)
+    index = tmp_path / "index.html"
+    index.write_text(render_html.render(report))
+    page.goto(f"{index.as_uri()}#status=%&release=%E0%A4%A&setup=%zz")
+    expect(page.locator("#release")).to_have_value(NEWER)  # the newest, as with no link
+    expect(page.locator('.filter input[value="pass"]')).to_be_checked()
+    page.locator("#setup-host").select_option("wsl2new")
+    page.locator("#setup-runner").select_option("v2")
+    page.locator("#setup-release").select_option(OLDER)
+    expect(page.locator("#setup-answer")).to_have_text(said[(OLDER, CHOSEN)][0])
+    page.locator('.filter input[value="pass"]').uncheck()
+    expect(page.locator('td.cell[data-status="pass"]').first).to_have_class("cell dim")
+    page.goto(f"{index.as_uri()}#release=0.0.1")
+    page.reload()  # the same document with another hash is not loaded again by itself
+    expect(page.locator(f'section.release[data-release="{NEWER}"]')).to_be_visible()
+    assert console == []

@@ -1,9 +1,16 @@
 (function () {
+  // A value the link's hash carries (#name=value&...), or null. Anyone can send a link: a value that is not
+  // valid percent-encoding (#status=%) counts as absent, and the page's script goes on.
+  function fromHash(name) {
+    var found = new RegExp('(?:^#|&)' + name + '=([^&]*)').exec(location.hash);
+    if (!found) { return null; }
+    try { return decodeURIComponent(found[1]); } catch (e) { return null; }
+  }
   var boxes = document.querySelectorAll('.filter input[type=checkbox]');
   // A link may carry a filter: index.html#status=regression,known-fail
-  var wanted = /status=([^&]*)/.exec(location.hash);
-  if (wanted) {
-    var keep = decodeURIComponent(wanted[1]).split(',');
+  var wanted = fromHash('status');
+  if (wanted !== null) {
+    var keep = wanted.split(',');
     boxes.forEach(function (b) { b.checked = keep.indexOf(b.value) >= 0; });
   }
   function apply() {
@@ -23,8 +30,8 @@
     });
   }
   if (select) {
-    var picked = /release=([^&]*)/.exec(location.hash);
-    if (picked) { select.value = decodeURIComponent(picked[1]); }
+    var picked = fromHash('release');
+    if (picked !== null) { choose(select, picked); }
     select.addEventListener('change', show);
     show();
   }
@@ -79,16 +86,16 @@
     }
   }
   function preset() {
-    var setup = /setup=([^&]*)/.exec(location.hash);
-    var vllm = /release=([^&]*)/.exec(location.hash);
-    if (vllm) { choose(release, decodeURIComponent(vllm[1])); }
-    if (setup) {
-      var parts = decodeURIComponent(setup[1]).split('-');
+    var setup = fromHash('setup');
+    var vllm = fromHash('release');
+    if (vllm !== null) { choose(release, vllm); }
+    if (setup !== null) {
+      var parts = setup.split('-');
       if (parts.length === axes.length) {
         axes.forEach(function (s, i) { choose(s, parts[i]); });
       }
     }
-    return Boolean(setup);
+    return setup !== null;
   }
   form.addEventListener('submit', function (e) { e.preventDefault(); });
   form.querySelectorAll('select').forEach(function (s) { s.addEventListener('change', answer); });
@@ -96,7 +103,7 @@
     select.addEventListener('change', function () {
       if (select.value !== 'all' && choose(release, select.value)) { answer(); }
     });
-    if (!/release=/.test(location.hash) && select.value !== 'all') { choose(release, select.value); }
+    if (fromHash('release') === null && select.value !== 'all') { choose(release, select.value); }
   }
   link.addEventListener('click', function () {
     if (chosen) { chosen.scrollIntoView({block: 'center'}); }
