@@ -6,11 +6,13 @@ import datetime as dt
 import enum
 import fnmatch
 import gc
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from matrix.cells import Host, Mode, Runner, Stack
+from matrix.errors import MatrixError
 from matrix.expectations import Rule, load_rules, release_version
 from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
@@ -319,6 +321,9 @@ def build_report(
     benches: str | None = None,
     claims: Claims | None = None,
 ) -> Report:
+    if max_age_days is not None and not (math.isfinite(max_age_days) and max_age_days >= 0):
+        # nan compares false with every age and inf exceeds none: either would turn the staleness check off.
+        raise MatrixError(f"--max-age-days {max_age_days:g}: give a number of days, 0 or more")
     now = now or dt.datetime.now(dt.UTC)
     # Hundreds of thousands of small records and no reference cycles: the cyclic
     # collector would rescan them all again and again, making time grow faster than input.

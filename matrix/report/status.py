@@ -349,7 +349,23 @@ def _cell_report(
         report.reason = (
             f"nox session {record.result}: {record.reason}" if record else cases[0].message
         ) or "no results"
-    if max_age_days is not None and report.age_days is not None and report.age_days > max_age_days:
-        report.underlying, report.status = report.status, Status.STALE
-        report.reason = f"newest result is {report.age_days:.1f} days old (limit {max_age_days:g})"
+    stale = None if max_age_days is None else _stale(newest.started_at, report.age_days, max_age_days)
+    if stale:
+        report.underlying, report.status, report.reason = report.status, Status.STALE, stale
     return report
+
+
+# Runners' clocks disagree a little; a start further in the future than this is no time to trust.
+CLOCK_SKEW_DAYS = 1 / 24
+
+
+def _stale(started_at: str, age_days: float | None, max_age_days: float) -> str | None:
+    """Why the newest result cannot count as fresh under the limit, or None: too old, or an age nobody can know
+    (a start time that is empty, unreadable, or in the future), which must not pass for fresh."""
+    if age_days is None:
+        return f"the newest result's start time {started_at!r} cannot be read, so its age is unknown (limit {max_age_days:g} days)"
+    if age_days < -CLOCK_SKEW_DAYS:
+        return f"the newest result's start time {started_at} is {-age_days:g} days in the future (limit {max_age_days:g} days)"
+    if age_days > max_age_days:
+        return f"newest result is {age_days:.1f} days old (limit {max_age_days:g})"
+    return None

@@ -353,6 +353,34 @@ def test_missing_crashed_stale_and_misrouted(tmp_path):
     assert cells["rocm-wsl2new-v2-graph"].status is Status.MISSING
 
 
+@pytest.mark.parametrize(
+    ("started", "says"),
+    [
+        ("2027-06-01T00:00:00+00:00", "in the future"),
+        ("yesterday", "cannot be read"),
+        ("", "cannot be read"),
+    ],
+)
+def test_a_result_whose_age_cannot_be_known_is_stale_under_a_limit(tmp_path, started, says):
+    """Under CI's --max-age-days, a start time that is in the future, unreadable or empty must not pass for fresh."""
+    result = write_suite(tmp_path / "r.xml", "cuda-linux-v1-graph", ['<testcase name="t"/>'], started=started)
+    cell = by_id(report_of(result, max_age_days=8))["cuda-linux-v1-graph"]
+    assert (cell.status, cell.underlying) == (Status.STALE, Status.PASS)
+    assert says in cell.reason and "limit 8 days" in cell.reason
+    assert by_id(report_of(result))["cuda-linux-v1-graph"].status is Status.PASS  # no limit asked: no staleness
+
+
+@pytest.mark.parametrize("limit", ["nan", "inf", "-1"])
+def test_a_limit_that_would_turn_the_staleness_check_off_is_refused_in_one_line(tmp_path, limit):
+    result = write_suite(tmp_path / "r.xml", "cuda-linux-v1-graph", ['<testcase name="t"/>'])
+    done = run_module("matrix", "report", str(result), "--out", str(tmp_path / "out"), "--max-age-days", limit)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: --max-age-days {float(limit):g}: give a number of days, 0 or more"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_native_run_outranks_the_gate_prediction_and_both_are_kept(tmp_path):
     gate = write_suite(tmp_path / "gate.xml", "cuda-wsl2new-v1-graph", [gate_case("p", "pin", "1", "True")])
     native = tmp_path / "native.xml"
