@@ -362,10 +362,11 @@ CLOCK_SKEW_DAYS = 1 / 24
 def _stale(started_at: str, age_days: float | None, max_age_days: float) -> str | None:
     """Why the newest result cannot count as fresh under the limit, or None: too old, or an age nobody can know
     (a start time that is empty, unreadable, or in the future), which must not pass for fresh."""
+    limit = f"(limit {max_age_days:g} days)"
     if age_days is None:
-        return f"the newest result's start time {started_at!r} cannot be read, so its age is unknown (limit {max_age_days:g} days)"
+        return f"the newest result's start time {started_at!r} cannot be read, so its age is unknown {limit}"
     if age_days < -CLOCK_SKEW_DAYS:
-        return f"the newest result's start time {started_at} is {-age_days:g} days in the future (limit {max_age_days:g} days)"
+        return f"the newest result's start time {started_at} is {-age_days:g} days in the future {limit}"
     if age_days > max_age_days:
         return f"newest result is {age_days:.1f} days old (limit {max_age_days:g})"
     return None
