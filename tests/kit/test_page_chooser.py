@@ -71,6 +71,14 @@ def test_the_choosers_selects_come_from_the_matrix_axes_and_the_reports_releases
     assert page.count(str(escape(answers(report)[(NEWER, CHOSEN)][0]))) == 1
 
 
+def page_of(tmp_path: Path) -> tuple[Path, dict[tuple[str, str], tuple[str, str]]]:
+    """The two releases' page written as index.html, and what it answers per (release, cell id)."""
+    report = two_releases(tmp_path)
+    index = tmp_path / "index.html"
+    index.write_text(render_html.render(report))
+    return index, answers(report)
+
+
 @pytest.fixture
 def chromium_page():
     """A Playwright page in Debian's Chromium (no browser download), and the console messages it logs."""
@@ -102,11 +110,8 @@ def test_the_chooser_answers_with_the_chosen_cells_sentence_in_chromium(tmp_path
     from playwright.sync_api import expect
 
     page, console = chromium_page
-    report = two_releases(tmp_path)
-    said = answers(report)
+    index, said = page_of(tmp_path)
     assert said[(OLDER, CHOSEN)][1] != said[(NEWER, CHOSEN)][1]  # the releases differ for this set-up
-    index = tmp_path / "index.html"
-    index.write_text(render_html.render(report))
     page.goto(index.as_uri())
 
     answer = page.locator("#setup-answer")
@@ -146,10 +151,7 @@ def test_a_link_presets_the_chooser_and_the_status_filter_still_works(tmp_path, 
     from playwright.sync_api import expect
 
     page, console = chromium_page
-    report = two_releases(tmp_path)
-    said = answers(report)
-    index = tmp_path / "index.html"
-    index.write_text(render_html.render(report))
+    index, said = page_of(tmp_path)
     page.goto(f"{index.as_uri()}#setup={CHOSEN}&release={OLDER}&status=pass")
     expect(page.locator("#setup-answer")).to_have_text(said[(OLDER, CHOSEN)][0])
     expect(page.locator("#setup-host")).to_have_value("wsl2new")
@@ -170,10 +172,7 @@ def test_a_link_with_a_malformed_hash_leaves_the_page_working(tmp_path, chromium
     from playwright.sync_api import expect
 
     page, console = chromium_page
-    report = two_releases(tmp_path)
-    said = answers(report)
-    index = tmp_path / "index.html"
-    index.write_text(render_html.render(report))
+    index, said = page_of(tmp_path)
     page.goto(f"{index.as_uri()}#status=%&release=%E0%A4%A&setup=%zz")
     expect(page.locator("#release")).to_have_value(NEWER)  # the newest, as with no link
     expect(page.locator('.filter input[value="pass"]')).to_be_checked()
