@@ -104,13 +104,19 @@ class Answer:
     unset: Found | None = None  # what vLLM does by default
     opt_in: Found | None = None  # with VLLM_WSL2_ENABLE_PIN_MEMORY=1
     # The variable is part of the advice: after `wsl --update` (needs-wsl-update), or because it
-    # gets a run that never works this far (slow, ignored, broken).
+    # gets a better run (slow, ignored, broken).
     and_opt_in: bool = False
+    # Slow as installed, and the advice gets a run that works: the variable (``and_opt_in``), on a kernel this
+    # old only after `wsl --update` (``after_update``). The run it gets, for the why.
+    fixed: Found | None = None
+    after_update: bool = False
 
     @property
     def decisive(self) -> Found | None:
-        """The run the verdict describes."""
-        return self.opt_in if self.and_opt_in and self.verdict is not Verdict.NEEDS_WSL_UPDATE else self.unset
+        """The run the verdict describes: the default one, unless the variable is what gets the verdict."""
+        if self.fixed is not None or self.verdict is Verdict.NEEDS_WSL_UPDATE:
+            return self.unset
+        return self.opt_in if self.and_opt_in else self.unset
 
     @property
     def rules(self) -> tuple[OutcomeRule, ...]:
@@ -123,6 +129,12 @@ class Answer:
     @property
     def workaround(self) -> Workaround | None:
         return self.decisive.rule.workaround if self.decisive else None
+
+    @property
+    def works_after_advice(self) -> bool:
+        """Whether what the advice says to set (nothing, the variable) gets a run that works."""
+        fixed_here = self.fixed is not None and not self.after_update
+        return self.verdict in (Verdict.WORKS, Verdict.NEEDS_OPT_IN) or fixed_here
 
 
 @dataclass(frozen=True)
@@ -214,10 +226,18 @@ def _verdict(
         return Answer(question, Verdict.UNKNOWN, Level.NONE, unset, opt_in)
     if unset.outcome is Outcome.WORKS:
         return Answer(question, Verdict.WORKS, level, unset, opt_in)
+    # needs-opt-in and needs-wsl-update say it works only so: where it runs without them, if slowly, it is slow,
+    # and the advice says what makes it work.
+    slow = unset.outcome is Outcome.SLOW
     if opt_in is not None and opt_in.outcome is Outcome.WORKS:
+        if slow:
+            return Answer(question, Verdict.SLOW, level, unset, opt_in, and_opt_in=True, fixed=opt_in)
         return Answer(question, Verdict.NEEDS_OPT_IN, level, unset, opt_in)
-    if newer_kernel is not None and newer_kernel.verdict in (Verdict.WORKS, Verdict.NEEDS_OPT_IN):
-        and_opt_in = newer_kernel.verdict is Verdict.NEEDS_OPT_IN
+    if newer_kernel is not None and newer_kernel.works_after_advice:
+        and_opt_in = newer_kernel.verdict is Verdict.NEEDS_OPT_IN or newer_kernel.and_opt_in
+        if slow:
+            fixed = newer_kernel.fixed or (newer_kernel.opt_in if and_opt_in else newer_kernel.unset)
+            return Answer(question, Verdict.SLOW, level, unset, opt_in, and_opt_in, fixed, after_update=True)
         return Answer(question, Verdict.NEEDS_WSL_UPDATE, level, unset, opt_in, and_opt_in)
     # Nothing makes it work: say what the better of the two runs does, and whether the variable gets it there.
     order = list(Outcome)

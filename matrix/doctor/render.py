@@ -170,7 +170,7 @@ def _advice(a: Answer, advice: str, verdict: Verdict) -> str:
     if not a.opted_in or a.pin.value is None:
         return advice
     made = f"{PIN_MEMORY.name}={_shown(a.pin.value)} is set"
-    if verdict is Verdict.NEEDS_OPT_IN:
+    if verdict is Verdict.NEEDS_OPT_IN or advice == OPT_IN_STEP:
         return f"{made}: nothing more to set"
     if advice.endswith(f", then {OPT_IN_STEP}"):
         return f"{advice[: -len(f', then {OPT_IN_STEP}')]}; {made} already"

@@ -223,6 +223,8 @@ def advice(answer: Answer) -> Phrase:
             return WSL_UPDATE + ((", then ", *SET_OPT_IN) if answer.and_opt_in else ())
         case Verdict.UNKNOWN:
             return ("no evidence yet: run the cell",)
+    if answer.after_update:
+        return WSL_UPDATE + ((", then ", *SET_OPT_IN) if answer.and_opt_in else ())
     steps = [SET_OPT_IN] if answer.and_opt_in else []
     if answer.workaround is not None:
         steps.append(WORKAROUNDS[answer.workaround])
@@ -237,6 +239,10 @@ def why(answer: Answer) -> str:
         return "no result of this cell says"
     found = answer.decisive or answer.unset
     said = found.rule.why + (f" {found.shown}" if found.shown else "")
+    if answer.fixed is not None:
+        steps = (("after wsl --update", answer.after_update), (f"with {PIN_MEMORY.name}={OPT_IN}", answer.and_opt_in))
+        fix = " ".join(step for step, taken in steps if taken)
+        return f"{said}; {fix}: {answer.fixed.rule.why}"
     match answer.verdict:
         case Verdict.NEEDS_OPT_IN:
             return f"without {PIN_MEMORY.name}={OPT_IN}: {said}"

@@ -16,7 +16,7 @@ from matrix.errors import MatrixError
 from matrix.questions import Level, Question, Verdict
 from matrix.report import render_html, render_json, render_md
 from matrix.report.model import build_report
-from matrix.report.view import build_view
+from matrix.report.view import build_view, plain
 from matrix.verdicts import load_verdict_rules
 
 # What vLLM decides on each host, as the gate records it: (key, pin_env) -> observed.
@@ -67,8 +67,10 @@ def test_a_new_kernel_needs_the_opt_in_and_an_old_one_the_update_first(tmp_path)
     assert {q: a.verdict for q, a in new.items()} == {
         Question.ENGINE_START: Verdict.WORKS,
         Question.OFFLOAD_WITH_GRAPHS: Verdict.NEEDS_OPT_IN,
-        Question.PINNED_MEMORY: Verdict.NEEDS_OPT_IN,
+        # Unpinned copies run, only slower: the variable makes it fast, it is not what makes it run.
+        Question.PINNED_MEMORY: Verdict.SLOW,
     }
+    assert new[Question.PINNED_MEMORY].and_opt_in and new[Question.PINNED_MEMORY].fixed.rule.id == "pinned"
     # The variable cannot help below 4.19.121; after `wsl --update` it is still needed.
     offload = old[Question.OFFLOAD_WITH_GRAPHS]
     assert offload.verdict is Verdict.NEEDS_WSL_UPDATE and offload.and_opt_in
@@ -95,6 +97,40 @@ def test_eager_offload_without_pinned_memory_is_slow_and_graphs_are_broken(tmp_p
     assert graph[Question.OFFLOAD_WITH_GRAPHS].verdict is Verdict.BROKEN
     assert graph[Question.OFFLOAD_WITH_GRAPHS].workaround.value == "eager"
     assert graph[Question.PINNED_MEMORY].verdict is Verdict.SLOW
+
+
+def test_what_runs_without_the_variable_is_slow_never_needs_opt_in_and_the_advice_says_what_makes_it_work(tmp_path):
+    # CPU offload in eager mode on WSL2 runs unset, copying pageable weights every forward (measured with 0.26.0
+    # on an H200, cuda-wsl2new-v1-eager): "works only with" the variable would be false.
+    report, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v1-eager", CUDA_NEW_KERNEL),
+        suite(tmp_path, "cuda-wsl2old-v1-eager", CUDA_OLD_KERNEL),
+    )
+    new, old = (found[("0.29.0", f"cuda-{h}-v1-eager")] for h in ("wsl2new", "wsl2old"))
+    for cell in (new, old):
+        assert {q: a.verdict for q, a in cell.items()} == {
+            Question.ENGINE_START: Verdict.WORKS,
+            Question.OFFLOAD_WITH_GRAPHS: Verdict.SLOW,
+            Question.PINNED_MEMORY: Verdict.SLOW,
+        }
+    assert (new[Question.OFFLOAD_WITH_GRAPHS].after_update, old[Question.OFFLOAD_WITH_GRAPHS].after_update) == (
+        False,
+        True,
+    )
+    cells = {c.id: c for row in next(build_view(report).releases()).rows for c in row.cells}
+    offload = {h: cells[f"cuda-{h}-v1-eager"].answers[1] for h in ("wsl2new", "wsl2old")}
+    assert plain(offload["wsl2new"].advice) == "set VLLM_WSL2_ENABLE_PIN_MEMORY=1"
+    assert plain(offload["wsl2old"].advice) == (
+        "run wsl --update (kernel ≥ 4.19.121), then set VLLM_WSL2_ENABLE_PIN_MEMORY=1"
+    )
+    assert offload["wsl2new"].why == (
+        "offloaded weights are copied from pageable memory every forward; with VLLM_WSL2_ENABLE_PIN_MEMORY=1: "
+        "offloaded weights are read in place over PCIe (zero-copy UVA), which CUDA graphs capture"
+    )
+    assert offload["wsl2old"].why.startswith(
+        "offloaded weights are copied from pageable memory every forward; after wsl --update with "
+    )
 
 
 def test_the_v2_runner_that_ignores_cpu_offload_is_said_so_with_the_v1_runner_as_the_way_out(tmp_path):
