@@ -21,7 +21,6 @@ from pathlib import Path
 
 from matrix.cells import Mode, Runner, Stack, select
 from matrix.cli import KIT_ROOT, run_command_line
-from matrix.doctor import answer, published, render
 from matrix.errors import MatrixError
 from matrix.host import classify, facts
 from matrix.plan import Execution, Plan, load_plan
@@ -61,12 +60,18 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    # Here, not at the top: what the history's `env`, `plan` and `split` import is its cache key
+    # (matrix/history_cache.py), and the doctor's words change no release's results.
+    from matrix.doctor import answer, published, render
+    from matrix.questions import ModelClass
+
     asked = answer.Asked(
         kernel=args.kernel,
         stack=Stack.parse(args.stack) if args.stack else None,
         vllm=args.vllm,
         runner=Runner.parse(args.runner) if args.runner else None,
         mode=Mode.parse(args.mode) if args.mode else None,
+        model_class=ModelClass.MOE if args.moe else None,
     )
     try:
         setup = answer.set_up(facts.collect_facts(), asked)
@@ -315,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--vllm", metavar="X.Y.Z", help="a vLLM release instead of the installed one")
     doctor.add_argument("--runner", metavar="v1|v2", help="the model runner instead of the variable or the default")
     doctor.add_argument("--mode", metavar="graph|eager", help="eager: with --enforce-eager (default: graph)")
+    doctor.add_argument(
+        "--moe", action="store_true", help="for an MoE model: vLLM's default runner differs for them (before 0.29.0)"
+    )
     doctor.add_argument("--matrix", metavar="PATH", help=f"a compat.json instead of the published {PUBLISHED}")
     doctor.add_argument("--json", action="store_true", help="print the answer as JSON")
     doctor.set_defaults(func=cmd_doctor)

@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from matrix.cells import CELLS, Cell
 from matrix.errors import MatrixError
+from matrix.questions import ModelClass
 from matrix.variables import GATE_PIN_VALUES
 
 EXPECTATIONS_FILE = Path(__file__).with_name("expectations.toml")
@@ -32,7 +33,18 @@ GATE_KEYS = {
     "warning": "pin-memory warning logged (none, wsl, wsl-kernel)",
     "v2_buffer": "V2 runner buffer class (UvaBuffer, NonUvaBuffer, or the crash)",
     "offload_path": "CPU weight offload path (uva, pinned-copy, pageable-copy)",
-    "runner_default": "model runner vLLM's config chooses with VLLM_USE_V2_MODEL_RUNNER unset and no model (v1, v2)",
+    "v2_offloader": "the V2 runner's module calls create_offloader (read from the release's source, not run)",
+}
+
+
+def default_runner_key(model_class: ModelClass) -> str:
+    return f"runner_default_{model_class.value}"
+
+
+# What vLLM's engine config says for the reproduction's engine arguments (see repro/engine_config.py).
+CONFIG_KEYS = {
+    default_runner_key(kind): f"the runner vLLM picks with VLLM_USE_V2_MODEL_RUNNER unset, for a {kind} model (v1, v2)"
+    for kind in ModelClass
 }
 # What the offload-with-graph reproduction does on a GPU (see repro/offload.py).
 REPRO_KEYS = {
@@ -93,10 +105,10 @@ def _rule_from_table(index: int, table: dict) -> Rule:
     if pin_env not in (None, *GATE_PIN_VALUES):
         raise MatrixError(f"{where} in expectations.toml: pin_env must be one of {GATE_PIN_VALUES}")
     expect = dict(table.get("expect", {}))
-    bad = set(expect) - set(GATE_KEYS) - set(REPRO_KEYS)
+    bad = set(expect) - set(GATE_KEYS) - set(REPRO_KEYS) - set(CONFIG_KEYS)
     if bad or not expect:
         raise MatrixError(
-            f"{where} in expectations.toml: expect needs keys from {sorted(GATE_KEYS | REPRO_KEYS)}, "
+            f"{where} in expectations.toml: expect needs keys from {sorted(GATE_KEYS | REPRO_KEYS | CONFIG_KEYS)}, "
             f"got {sorted(expect)}"
         )
     return Rule(

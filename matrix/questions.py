@@ -29,6 +29,13 @@ class Verdict(Axis):
     UNKNOWN = "unknown"  # no evidence
 
 
+class ModelClass(Axis):
+    """What vLLM's default runner depends on: before 0.29.0 it kept MoE models on the V1 runner."""
+
+    DENSE = "dense"
+    MOE = "moe"
+
+
 class Level(Axis):
     """How a verdict is known, weakest first."""
 

@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from matrix.cells import Cell, Host, Mode, Runner
 from matrix.errors import MatrixError
-from matrix.expectations import GATE_KEYS, REPRO_KEYS, release_version
+from matrix.expectations import CONFIG_KEYS, GATE_KEYS, REPRO_KEYS, release_version
 from matrix.questions import Level, Question, Verdict
 from matrix.variables import GATE_PIN_VALUES, OPT_IN, UNSET
 
@@ -58,7 +58,7 @@ class Workaround(enum.StrEnum):
 
 
 # Keys a rule may look at: what vLLM decided, what the engine did, and the engine_start outcome itself.
-OBSERVABLE = frozenset(GATE_KEYS) | frozenset(REPRO_KEYS) | {Question.ENGINE_START.value}
+OBSERVABLE = frozenset(GATE_KEYS) | frozenset(REPRO_KEYS) | frozenset(CONFIG_KEYS) | {Question.ENGINE_START.value}
 
 
 @dataclass(frozen=True)

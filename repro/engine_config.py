@@ -25,6 +25,8 @@ from typing import Any
 from matrix.cells import Cell
 from matrix.host import reads
 from matrix.plan import CellPlan, Execution
+from matrix.questions import ModelClass
+from matrix.variables import UNSET, V2_MODEL_RUNNER
 from repro import emulation
 from repro.answers import kept_directory, memory, tree_digest
 from repro.engine import engine_kwargs
@@ -49,17 +51,18 @@ class ConfigRequest:
 
     runs: tuple[EngineRun, ...]
     model: str
+    moe: str  # the MoE config's directory (repro.tinymodel.tiny_moe): which runner vLLM picks for such a model
     stub_gpu: bool  # no GPU of this stack here
 
 
-def requests_for(plans: Iterable[CellPlan], model: Path) -> list[ConfigRequest]:
+def requests_for(plans: Iterable[CellPlan], model: Path, moe: Path) -> list[ConfigRequest]:
     """One request per stack, host and way of running them (native, emulated, gate-only)."""
     groups: dict[tuple, list[EngineRun]] = {}
     for plan in plans:
         emulated = plan.execution is not Execution.NATIVE
         key = (plan.cell.stack, plan.cell.host, emulated, not plan.execution.uses_gpu)
         groups.setdefault(key, []).append(EngineRun(plan.cell, PIN_ENV, True, emulated))
-    return [ConfigRequest(tuple(runs), str(model), stub_gpu=key[3]) for key, runs in sorted(groups.items())]
+    return [ConfigRequest(tuple(runs), str(model), str(moe), stub_gpu=key[3]) for key, runs in sorted(groups.items())]
 
 
 # A setting this release's config does not have (older releases keep some elsewhere, or nowhere).
@@ -119,6 +122,13 @@ def check(request: ConfigRequest, cache_root: str) -> dict[str, dict]:
         os.environ.clear()
         os.environ.update(run.env(base))
         answers[run.cell.id] = {"config": _config(run, request.model), **_tokenizer(request.model)}
+    # Unset, the runner is vLLM's choice, made per model: the same for every cell of this host.
+    os.environ.clear()
+    os.environ.update(first.env(base))
+    V2_MODEL_RUNNER.apply(os.environ, UNSET)
+    defaults = {kind.value: _default_runner(first, model, request.model) for kind, model in _model_classes(request)}
+    for answer in answers.values():
+        answer["runner_default"] = defaults
     try:
         # The engine's next step: what loads the weights imports under the cell's host and stand-in. Imported
         # in every check, not only where vLLM's model-info cache missed (vLLM imports it to write the cache).
@@ -137,6 +147,22 @@ def _config(run: EngineRun, model: str) -> dict:
 
         return {"settings": _engine_settings(EngineArgs(**engine_kwargs(run.spec(Path(model)))).create_engine_config())}
     except BaseException:  # noqa: BLE001 - a release refusing the kit's engine is the finding
+        return {"error": traceback.format_exc()}
+
+
+def _model_classes(request: ConfigRequest) -> tuple[tuple[ModelClass, str], ...]:
+    """(model class, model directory) pairs whose default runner is asked."""
+    return ((ModelClass.DENSE, request.model), (ModelClass.MOE, request.moe))
+
+
+def _default_runner(run: EngineRun, model: str, tokenizer: str) -> dict:
+    """The runner vLLM's engine config picks for ``model`` with VLLM_USE_V2_MODEL_RUNNER unset, or why none."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        kwargs = engine_kwargs(run.spec(Path(model))) | {"tokenizer": tokenizer}
+        return {"runner": "v2" if EngineArgs(**kwargs).create_engine_config().use_v2_model_runner else "v1"}
+    except BaseException:  # noqa: BLE001 - a release refusing the model is an answer too
         return {"error": traceback.format_exc()}
 
 
@@ -160,8 +186,10 @@ def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) ->
     asked yet; and the cache root is kept with them, as a user's is kept between runs (vLLM keys its entry by
     the model module's hash and writes it whole), so the architecture is inspected once per test session.
     """
-    # The tokenizer's answer is read from the model's files.
-    models = "".join(tree_digest(Path(model)) for model in sorted({request.model for request in requests}))
+    # The tokenizer's answer is read from the model's files, the default runners from both models'.
+    models = "".join(
+        tree_digest(Path(model)) for model in sorted({m for request in requests for m in (request.model, request.moe)})
+    )
     kept = memory("engine_config.check", timeout, salt=models)
 
     def part(request: ConfigRequest, run: EngineRun) -> ConfigRequest:

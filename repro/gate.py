@@ -26,7 +26,7 @@ from matrix.cells import Cell, Host, Runner, Stack
 from matrix.host import reads
 from matrix.host.edges import KERNEL_EDGES, KernelEdge
 from matrix.plan import CellPlan, Execution
-from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY, UNSET, V2_MODEL_RUNNER
+from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY, V2_MODEL_RUNNER
 from repro import emulation
 from repro.answers import run_remembered
 from repro.isolation import Outcome, run_isolated
@@ -134,6 +134,36 @@ def _constructor_at_fault(exc: BaseException) -> str | None:
     return chosen
 
 
+# The V2 runner and the function it would call to install the CPU-weight offloader (0.28.0 added the call).
+V2_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+OFFLOADER_FACTORY = "create_offloader"
+
+
+def _v2_offloader() -> bool | str:
+    """Whether the V2 model runner installs vLLM's CPU-weight offloader: read from the release's own source.
+
+    Running it would need a GPU (the runner loads the model onto the device before it offloads), so this is the
+    one gate value read, not run: compiled, not imported, the runner's module calls ``create_offloader`` or not.
+    Without that call ``cpu_offload_gb`` is accepted and nothing is offloaded.
+    """
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(V2_RUNNER_MODULE)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "get_source"):
+        return "absent"
+    source = spec.loader.get_source(V2_RUNNER_MODULE)
+    codes = [compile(source, spec.origin or V2_RUNNER_MODULE, "exec")]
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return OFFLOADER_FACTORY in names
+
+
 def _offload_path() -> str:
     """The path vLLM's CPU weight offloader takes for ``cpu_offload_gb=1``."""
     base = _first_module("vllm.model_executor.offloader.base")
@@ -187,9 +217,9 @@ def decide(request: GateRequest) -> dict:
         "uva": lambda: utils.is_uva_available(),
         "runner_v1": lambda: _runner_choice(Runner.V1.env_value),
         "runner_v2": lambda: _runner_choice(Runner.V2.env_value),
-        "runner_default": lambda: _runner_choice(UNSET),
         "v2_buffer": _v2_buffer,
         "offload_path": _offload_path,
+        "v2_offloader": _v2_offloader,
     }
     for key, probe in probes.items():
         try:

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,19 @@ CONFIG: dict[str, Any] = {
     "pad_token_id": PAD_ID,
     "torch_dtype": "float16",
 }
+
+
+# The tiny model's shape as a mixture of experts, for asking vLLM which runner it picks for an MoE model (before
+# 0.29.0 such models stayed on V1). vLLM reads that from the config alone, so this model has no weights: its
+# directory holds the config and the tiny model's tokenizer.
+MOE_CONFIG: dict[str, Any] = {
+    **{key: value for key, value in CONFIG.items() if key not in ("attention_bias", "mlp_bias", "head_dim")},
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def tensor_shapes(config: dict = CONFIG) -> dict[str, tuple[int, ...]]:
@@ -152,19 +166,36 @@ def cache_key(seed: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def tiny_model(cache: Path, seed: int = 0) -> Path:
-    """The tiny model's directory under ``cache``, built once (atomically) and reused."""
-    target = cache / f"tiny-llama-s{seed}-{cache_key(seed)}"
-    if (target / "model.safetensors").exists():
+def _built(target: Path, last_file: str, write: Callable[[Path], None]) -> Path:
+    """``target``, written once by ``write`` into a staging directory and moved into place whole."""
+    if (target / last_file).exists():
         return target
-    cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
     try:
-        write_model(staging, seed)
+        write(staging)
         os.replace(staging, target)
     except OSError:
-        if not (target / "model.safetensors").exists():  # not another process winning the race
+        if not (target / last_file).exists():  # not another process winning the race
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def tiny_model(cache: Path, seed: int = 0) -> Path:
+    """The tiny model's directory under ``cache``, built once (atomically) and reused."""
+    return _built(cache / f"tiny-llama-s{seed}-{cache_key(seed)}", "model.safetensors", lambda d: write_model(d, seed))
+
+
+def tiny_moe(cache: Path) -> Path:
+    """The MoE config's directory under ``cache`` (``MOE_CONFIG``, the tiny model's tokenizer), built once."""
+    dense = tiny_model(cache)
+    key = hashlib.sha256(json.dumps({"config": MOE_CONFIG, "tokenizer": dense.name}, sort_keys=True).encode())
+
+    def write(directory: Path) -> None:
+        for name in TOKENIZER_FILES:
+            shutil.copyfile(dense / name, directory / name)
+        (directory / "config.json").write_text(json.dumps(MOE_CONFIG, indent=2, sort_keys=True) + "\n")
+
+    return _built(cache / f"tiny-moe-{key.hexdigest()[:12]}", "config.json", write)

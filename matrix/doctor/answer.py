@@ -13,6 +13,7 @@ from typing import Generic, TypeVar, Union
 from matrix.cells import Cell, Host, Mode, Runner, Stack
 from matrix.doctor.published import CellEntry, Kind, Published, Release, Version, parse_version, release_number
 from matrix.host.classify import HostFacts, classify_host, classify_stack, parse_kernel_version
+from matrix.questions import ModelClass
 from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER, Variable, vllm_reads
 
 T = TypeVar("T")
@@ -42,6 +43,7 @@ class Asked:
     vllm: str | None = None
     runner: Runner | None = None
     mode: Mode | None = None
+    model_class: ModelClass | None = None
 
 
 class Reads(enum.Enum):
@@ -84,6 +86,7 @@ class SetUp:
     vllm: Chosen[str] | None  # None: neither asked nor installed
     runner: Chosen[Runner] | None  # None: the release's default decides
     mode: Chosen[Mode]
+    model_class: Chosen[ModelClass]  # what the release's default runner depends on
     pin_memory: str | None  # PIN_MEMORY's value here; None when unset
     runner_variable: Setting  # V2_MODEL_RUNNER here
 
@@ -175,6 +178,9 @@ def set_up(facts: HostFacts, asked: Asked) -> SetUp:
         vllm=vllm,
         runner=runner,
         mode=Chosen(asked.mode, Source.FLAG) if asked.mode else Chosen(Mode.GRAPH, Source.DEFAULT),
+        model_class=(
+            Chosen(asked.model_class, Source.FLAG) if asked.model_class else Chosen(ModelClass.DENSE, Source.DEFAULT)
+        ),
         pin_memory=facts.environ.get(PIN_MEMORY.name),
         runner_variable=runner_variable,
     )
@@ -258,8 +264,8 @@ def answer(setup: SetUp, published: Published) -> Answer:
     release, match = _release(version, published)
     if setup.runner is not None:
         runner = setup.runner
-    elif release.default_runner is not None:
-        runner = Chosen(release.default_runner, Source.MATRIX)
+    elif setup.model_class.value in release.default_runners:
+        runner = Chosen(release.default_runners[setup.model_class.value], Source.MATRIX)
     else:
         runner = Chosen(Runner.V2, Source.ASSUMED)
     cell = Cell(setup.stack.value, setup.host, runner.value, setup.mode.value)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from matrix.cells import Axis, Cell, Runner
 from matrix.errors import MatrixError
-from matrix.questions import Level, Question, Verdict
+from matrix.questions import Level, ModelClass, Question, Verdict
 from matrix.records import read_record
 
 # matrix.report.model.REPORT_SCHEMA (a test holds them equal).
@@ -108,7 +109,7 @@ def release_number(text: str) -> tuple[int, ...] | None:
 class Release:
     vllm: str
     number: tuple[int, ...]
-    default_runner: Runner | None  # None: the file does not say
+    default_runners: Mapping[ModelClass, Runner]  # the runner vLLM picks with the variable unset; absent: not said
     cells: tuple[CellEntry, ...]
 
     def entry(self, cell: Cell) -> CellEntry | None:
@@ -188,13 +189,18 @@ def _release(obj: Any) -> Release:
     number = release_number(vllm)
     if number is None:
         raise _ShapeError(f"{where} is not a release number")
-    runner = obj.get("default_runner")
-    if runner is not None and not isinstance(runner, str):
-        raise _ShapeError(f"{where} has a default_runner that is not a string")
+    # Per model class; a matrix made before the kit asked per model says default_runner alone, of no model.
+    runners = obj.get("default_runners", {ModelClass.DENSE.value: obj.get("default_runner")})
+    if not isinstance(runners, dict) or not all(r is None or isinstance(r, str) for r in runners.values()):
+        raise _ShapeError(f"{where} has default_runners that are not a model class's runner each")
     return Release(
         vllm,
         number,
-        _axis(Runner, runner, where) if runner is not None else None,
+        {
+            _axis(ModelClass, kind, where): _axis(Runner, runner, where)
+            for kind, runner in runners.items()
+            if runner is not None
+        },
         tuple(_cell(cell, where) for cell in _get(obj, "cells", list, where)),
     )
 

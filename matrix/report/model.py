@@ -13,8 +13,9 @@ from pathlib import Path
 
 from matrix.cells import Host, Mode, Runner, Stack
 from matrix.errors import MatrixError
-from matrix.expectations import Rule, load_rules, release_version
+from matrix.expectations import Rule, default_runner_key, load_rules, release_version
 from matrix.plan import Execution
+from matrix.questions import ModelClass
 from matrix.report.bench import BenchSummary, latest_per_cell
 from matrix.report.claims import Claims
 from matrix.report.json_input import PROBE, read_json_input
@@ -131,10 +132,14 @@ class Report:
         found = self.benches.get(cell.cell.id)
         return found if found is not None and cell.vllm == found.vllm_version else None
 
-    def default_runner(self, vllm: str) -> str | None:
-        """The runner vLLM's config picks with VLLM_USE_V2_MODEL_RUNNER unset, as the release's cells observed it."""
-        chosen = {c.observed("runner_default", UNSET) for c in self.versions[vllm]} - {None}
-        return chosen.pop() if len(chosen) == 1 else None
+    def default_runners(self, vllm: str) -> dict[str, str | None]:
+        """Per model class, the runner vLLM's config picks with VLLM_USE_V2_MODEL_RUNNER unset, as the release's
+        cells observed it; None where none did, or they disagree."""
+        runners = {}
+        for kind in ModelClass:
+            chosen = {c.observed(default_runner_key(kind), UNSET) for c in self.versions[vllm]} - {None}
+            runners[kind.value] = chosen.pop() if len(chosen) == 1 else None
+        return runners
 
     def verdicts_of(self, cell: CellReport) -> CellVerdicts:
         return self.verdicts[(cell.vllm, cell.cell.id)]

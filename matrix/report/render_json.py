@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, fields
 from pathlib import Path
 
+from matrix.questions import ModelClass
 from matrix.report.model import REPORT_SCHEMA, Evidence, Report
 from matrix.report.status import CaseRecord, CellReport
 from matrix.report.view import advice, answer_sentence, evidence_sentence, plain, why
@@ -98,7 +99,7 @@ def to_document(report: Report, cells: bool = True) -> dict:
         "versions": [
             {
                 "vllm": v,
-                "default_runner": report.default_runner(v),
+                **_default_runners(report, v),
                 "cells": [_cell(report, c) for c in version_cells] if cells else [],
             }
             for v, version_cells in report.versions.items()
@@ -110,6 +111,12 @@ def to_document(report: Report, cells: bool = True) -> dict:
     }
 
 
+def _default_runners(report: Report, vllm: str) -> dict:
+    """A release's default runner per model class, and on its own the dense model's (what most users run)."""
+    runners = report.default_runners(vllm)
+    return {"default_runner": runners[ModelClass.DENSE.value], "default_runners": runners}
+
+
 def write(report: Report, path: Path) -> None:
     """``to_document`` written a record at a time: a large report never exists twice in memory."""
     document = to_document(report, cells=False)
@@ -118,8 +125,8 @@ def write(report: Report, path: Path) -> None:
     with path.open("w") as f:
         f.write(head + ', "versions": [')
         for i, (vllm, cells) in enumerate(report.versions.items()):
-            runner = json.dumps(report.default_runner(vllm))
-            f.write(("," if i else "") + f'\n{{"vllm": {json.dumps(vllm)}, "default_runner": {runner}, "cells": [')
+            runners = json.dumps(_default_runners(report, vllm))[1:-1]
+            f.write(("," if i else "") + f'\n{{"vllm": {json.dumps(vllm)}, {runners}, "cells": [')
             for j, cell in enumerate(cells):
                 f.write(("," if j else "") + "\n" + json.dumps(_cell(report, cell), ensure_ascii=False))
             f.write("]}")

@@ -17,18 +17,18 @@ import pytest
 
 from matrix.cells import Cell, select
 from matrix.errors import MatrixError
-from matrix.expectations import GATE_KEYS, REPRO_KEYS, expected_values, load_rules
+from matrix.expectations import CONFIG_KEYS, GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.host import classify, facts
 from matrix.host.edges import KERNEL_EDGES
 from matrix.plan import CellPlan, Plan, load_plan
 from matrix.variables import GATE_PIN_VALUES
-from repro import gate, offload
+from repro import engine_config, gate, offload
 from repro.isolation import DEADLINE_CUT, NOT_STARTED
 
 BUILD = Path(__file__).resolve().parents[2] / "build"
 
-# Keys with a test of their own: "imports" (without it no other value exists) and "runner_default" (test_gate.py).
-GATE_VALUE_KEYS = [key for key in GATE_KEYS if key not in ("imports", "runner_default")]
+# "imports" has a test of its own: without it no other value exists.
+GATE_VALUE_KEYS = [key for key in GATE_KEYS if key != "imports"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -187,7 +187,10 @@ def tag(request, record_property, cell, plans):
 @pytest.fixture
 def expect(request, tag, rules, cell, vllm_version):
     """Check an observed value against its rule in expectations.toml; a known failure becomes a strict xfail."""
-    pin_env = request.node.callspec.params["pin_env"]
+    pin_env = request.node.callspec.params.get("pin_env")
+    if pin_env is None:  # an engine-config test: its facts are asked with the variable unset
+        pin_env = engine_config.PIN_ENV
+        tag("pin_env", pin_env)
 
     def check(key: str, observed, context: str = "") -> None:
         tag("gate_key", key)
@@ -209,7 +212,7 @@ def expect(request, tag, rules, cell, vllm_version):
                     "if this passes the issue is fixed: update the rule",
                 )
             )
-        meaning = GATE_KEYS.get(key) or REPRO_KEYS[key]
+        meaning = GATE_KEYS.get(key) or CONFIG_KEYS.get(key) or REPRO_KEYS[key]
         assert observed == expected.value, (
             f"{meaning}: vLLM {vllm_version} gave {observed!r} but rule {expected.rule.id!r} "
             f"expects {expected.value!r} ({expected.rule.note}){context}"

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from matrix.cells import Mode
+from matrix.expectations import default_runner_key
+from matrix.questions import ModelClass
 from repro import engine_config
 from repro.failures import exception_text, torch_at_fault
-from repro.tinymodel import CONFIG, tiny_model
+from repro.tinymodel import CONFIG, tiny_model, tiny_moe
 
 
 @pytest.fixture(scope="session")
@@ -24,8 +26,8 @@ def engine_configs(request, plans, vllm_version):
     """Every selected cell's answer, from one child per stack and host (none without vLLM)."""
     if vllm_version is None:
         return {}
-    model = tiny_model(Path(request.config.getoption("--model-cache")))
-    return engine_config.evaluate(engine_config.requests_for(plans.values(), model))
+    cache = Path(request.config.getoption("--model-cache"))
+    return engine_config.evaluate(engine_config.requests_for(plans.values(), tiny_model(cache), tiny_moe(cache)))
 
 
 def _answer(engine_configs, cell, vllm_version) -> dict:
@@ -82,3 +84,14 @@ def test_tokenizer_loads(tag, engine_configs, cell, vllm_version, torch_pin):
         f"vLLM's tokenizer has {answer['vocab_size']} tokens, the tiny model {CONFIG['vocab_size']}"
     )
     assert answer["round_trip"] == engine_config.ROUND_TRIP
+
+
+@pytest.mark.parametrize("model_class", list(ModelClass))
+def test_runner_default(expect, tag, engine_configs, cell, model_class, vllm_version, torch_pin):
+    """The runner vLLM picks with VLLM_USE_V2_MODEL_RUNNER unset, for the reproduction's engine with a dense model
+    and with an MoE one: what a user who sets nothing gets (before 0.29.0 MoE models stayed on V1)."""
+    answer = _answer(engine_configs, cell, vllm_version)
+    default = answer["runner_default"][model_class.value]
+    if "error" in default:
+        _refused(f"the engine config of its {model_class} model", default["error"], vllm_version, torch_pin, tag)
+    expect(default_runner_key(model_class), default["runner"])

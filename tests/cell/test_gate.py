@@ -58,13 +58,3 @@ def test_runner_selected(tag, gate_outcomes, plans, cell, pin_env, vllm_version)
     assert outcome.value[key] == cell.runner.value, (
         f"VLLM_USE_V2_MODEL_RUNNER={cell.runner.env_value} but vLLM's config chose {outcome.value[key]}"
     )
-
-
-def test_runner_default(expect, gate_outcomes, plans, cell, pin_env, vllm_version):
-    """The runner vLLM's config chooses with VLLM_USE_V2_MODEL_RUNNER unset (no model: what the release defaults to)."""
-    outcome = _answer(gate_outcomes, plans, cell, pin_env) if vllm_version else None
-    if outcome is None or not outcome.ok or not outcome.value["imports"]:
-        pytest.skip("vLLM gave no answer under this host: see test_vllm_imports for this cell")
-    if "runner_default" in outcome.value["errors"]:
-        pytest.fail(f"vLLM raised while choosing the default runner:\n{outcome.value['errors']['runner_default']}")
-    expect("runner_default", outcome.value["runner_default"])

@@ -12,8 +12,9 @@ from matrix.cells import CELLS
 from matrix.doctor.published import COMPAT_SCHEMA
 from matrix.questions import Question
 
-# Newest first, as the report writes them; each with another way of naming its default runner.
-DEFAULT_RUNNERS = {"0.33.0": "v2", "0.30.0": "v1", "0.25.1": None}
+# Newest first, as the report writes them; each with another way of naming its default runner (per model class;
+# 0.25.1 as a matrix made before the kit asked per model wrote it, a default_runner of no model).
+DEFAULT_RUNNERS = {"0.33.0": {"dense": "v2", "moe": "v2"}, "0.30.0": {"dense": "v1", "moe": "v2"}, "0.25.1": None}
 
 
 def _verdict(cell_id: str, vllm: str, question: str) -> dict:
@@ -46,7 +47,8 @@ def compat_document() -> dict:
             }
             for cell in CELLS
         ]
-        versions.append({"vllm": vllm, "default_runner": runner, "cells": cells})
+        said = {"default_runner": runner["dense"], "default_runners": runner} if runner else {"default_runner": None}
+        versions.append({"vllm": vllm, **said, "cells": cells})
     return {
         "schema": COMPAT_SCHEMA,
         "kit_commit": "abc",

@@ -111,7 +111,7 @@ def test_an_emulated_wsl2_cuda_machine_gets_its_cell_and_says_what_it_read(compa
         pytest.skip("the vLLM installed here is older than the test's matrix")
     env = emulated(Host.WSL2NEW)
     got = answered(doctor("--json", "--matrix", str(compat), env=env))
-    runner = DEFAULT_RUNNERS[release] or "v2"
+    runner = (DEFAULT_RUNNERS[release] or {"dense": "v2"})["dense"]
     assert got["cell"] == f"cuda-wsl2new-{runner}-graph" and got["vllm"] == release
     assert got["asked"]["kernel"] == Host.WSL2NEW.emulated_release and got["asked"]["host"] == "wsl2new"
     text = doctor("--matrix", str(compat), env=env).stdout
@@ -168,9 +168,20 @@ def test_a_release_the_matrix_lacks_gets_the_nearest_older_one_said_plainly(comp
 def test_a_release_the_matrix_does_not_say_the_default_runner_of_is_assumed_v2(compat):
     flags = ("--stack", "cuda", "--kernel", "6.8.0-45-generic", "--vllm", "0.25.1", "--matrix", str(compat))
     assert answered(doctor("--json", *flags, env=_clean_env()))["cell"] == "cuda-linux-v2-graph"
-    assert "runner     v2 (assumed: the matrix does not say vLLM 0.25.1's default; pass --runner)" in (
-        doctor(*flags, env=_clean_env()).stdout
-    )
+    assumed = "runner     v2 (assumed: the matrix does not say vLLM 0.25.1's default for a dense model; pass --runner)"
+    assert assumed in doctor(*flags, env=_clean_env()).stdout
+
+
+@pytest.mark.reads_host
+def test_without_runner_the_answer_is_for_the_runner_vllm_picks_for_the_model_class(compat):
+    # 0.30.0 of compat_file: V1 for a dense model, V2 for an MoE one; the doctor says which it answered for.
+    flags = ("--stack", "cuda", "--kernel", "6.8.0-45-generic", "--vllm", "0.30.0", "--matrix", str(compat))
+    dense, moe = (answered(doctor("--json", *flags, *more, env=_clean_env())) for more in ((), ("--moe",)))
+    assert (dense["cell"], dense["asked"]["model_class"]) == ("cuda-linux-v1-graph", "dense")
+    assert (moe["cell"], moe["asked"]["model_class"]) == ("cuda-linux-v2-graph", "moe")
+    text = doctor(*flags, env=_clean_env()).stdout
+    assert "runner     v1 (vLLM 0.30.0's default for a dense model; --moe for an MoE model)" in text
+    assert "runner     v2 (vLLM 0.30.0's default for an MoE model)" in doctor(*flags, "--moe", env=_clean_env()).stdout
 
 
 @pytest.mark.parametrize(
@@ -337,7 +348,7 @@ def test_the_doctor_reads_the_variables_as_vllm_does_and_names_the_offload_quest
     assert f"runner     v2 ({V2_MODEL_RUNNER.name}=01, which vLLM reads as 1)" in text
     text = _text(doctor(*no_runner, env=_clean_env(**{V2_MODEL_RUNNER.name: "yes"})))
     assert f"{V2_MODEL_RUNNER.name}='yes' is set here, which vLLM cannot read" in text
-    assert "runner     v2 (vLLM 0.33.0's default)" in text
+    assert "runner     v2 (vLLM 0.33.0's default for a dense model; --moe for an MoE model)" in text
     # In eager mode the offload question is not about graphs.
     eager = _text(doctor(*flags, "--mode", "eager", env=_clean_env()))
     assert "\nCPU offload (eager)  needs-opt-in" in eager and "offload with graphs" not in eager

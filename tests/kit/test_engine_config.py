@@ -14,7 +14,7 @@ from conftest import require_gate_only, run_module
 from junitparser import JUnitXml
 
 from matrix.junit import case_properties
-from repro.tinymodel import tiny_model
+from repro.tinymodel import tiny_model, tiny_moe
 
 # Every test here reads the machine: its outcome is the host's (the host variants run them).
 pytestmark = pytest.mark.reads_host
@@ -41,12 +41,20 @@ def run_cells(tmp_path: Path, model_cache: Path) -> dict[tuple[str, str], object
     )
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     cases = (case for suite in JUnitXml.fromfile(str(junit)) for case in suite)
-    return {(case_properties(case)["cell"], case.name.split("[")[0]): case for case in cases}
+    return {_named(case): case for case in cases}
+
+
+def _named(case) -> tuple[str, str]:
+    """(cell, test): the test's name, with what parametrises it besides the cell (``test_runner_default[moe]``)."""
+    cell = case_properties(case)["cell"]
+    test, _, params = case.name.partition("[")
+    rest = params.rstrip("]").removeprefix(cell).strip("-")
+    return cell, f"{test}[{rest}]" if rest else test
 
 
 def test_each_cell_builds_the_reproductions_engine_config_and_loads_the_tokenizer(tmp_path):
     cases = run_cells(tmp_path, tmp_path / "models")
-    assert len(cases) == 4
+    assert len(cases) == 8
     assert all(case.is_passed for case in cases.values()), {k: c.result for k, c in cases.items()}
     graph_v2 = json.loads(
         case_properties(cases["cuda-wsl2new-v2-graph", "test_engine_config_builds"])["engine_settings"]
@@ -58,6 +66,14 @@ def test_each_cell_builds_the_reproductions_engine_config_and_loads_the_tokenize
     assert graph_v2["cpu_offload_gb"] == eager_v1["cpu_offload_gb"] == 1
     assert (graph_v2["use_v2_model_runner"], graph_v2["enforce_eager"]) == (True, False)
     assert (eager_v1["use_v2_model_runner"], eager_v1["enforce_eager"]) == (False, True)
+    # With the runner's variable unset, what vLLM 0.33.0 picks for a dense and for an MoE model (both V2 since
+    # 0.29.0; the history asks every release, where MoE models get V1 before it).
+    for cell in CELLS.split(","):
+        picked = {kind: case_properties(cases[cell, f"test_runner_default[{kind}]"]) for kind in ("dense", "moe")}
+        assert {kind: (p["observed"], p["pin_env"]) for kind, p in picked.items()} == {
+            "dense": ("v2", "unset"),
+            "moe": ("v2", "unset"),
+        }
 
 
 def test_a_model_vllm_cannot_read_fails_the_config_with_vllms_reason(tmp_path):
@@ -85,8 +101,8 @@ def test_each_cells_answer_is_kept_on_its_own_for_the_next_test_that_asks_in_ano
     pair = "cuda-wsl2new-v2-graph,cuda-wsl2new-v1-eager"  # one stack and host: one child builds both
     require_gate_only(pair)
     monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "answers"))
-    model = tiny_model(tmp_path / "models")
-    both = engine_config.requests_for(Plan.detected(select(pair)).cells, model)
+    model, moe = tiny_model(tmp_path / "models"), tiny_moe(tmp_path / "models")
+    both = engine_config.requests_for(Plan.detected(select(pair)).cells, model, moe)
     assert [len(request.runs) for request in both] == [2]
     first = engine_config.evaluate(both)
     assert all(outcome.ok and "settings" in outcome.value["config"] for outcome in first.values()), first
@@ -95,7 +111,7 @@ def test_each_cells_answer_is_kept_on_its_own_for_the_next_test_that_asks_in_ano
         raise AssertionError("a child started for an answer already kept")
 
     monkeypatch.setattr(engine_config, "run_isolated", no_child)
-    (alone,) = engine_config.requests_for(Plan.detected(select("cuda-wsl2new-v1-eager")).cells, model)
+    (alone,) = engine_config.requests_for(Plan.detected(select("cuda-wsl2new-v1-eager")).cells, model, moe)
     assert engine_config.evaluate([alone]) == {cell: first[cell] for cell in select("cuda-wsl2new-v1-eager")}
     assert engine_config.evaluate(both) == first
 
@@ -112,14 +128,19 @@ def test_the_models_architecture_is_inspected_once_where_answers_are_kept(tmp_pa
     first, then = "cuda-wsl2new-v2-graph", "rocm-wsl2old-v1-eager"  # another stack and host: another child
     require_gate_only(f"{first},{then}")
     monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "answers"))
-    model = tiny_model(tmp_path / "models")
+    model, moe = tiny_model(tmp_path / "models"), tiny_moe(tmp_path / "models")
 
     def answer(cell: str) -> None:
-        outcomes = engine_config.evaluate(engine_config.requests_for(Plan.detected(select(cell)).cells, model))
+        outcomes = engine_config.evaluate(engine_config.requests_for(Plan.detected(select(cell)).cells, model, moe))
         assert all(outcome.ok and "settings" in outcome.value["config"] for outcome in outcomes.values()), outcomes
 
     answer(first)
-    (entry,) = (tmp_path / "answers").rglob("modelinfos/**/*.json")
-    written = entry.stat().st_mtime_ns, entry.read_bytes()
+    entries = sorted((tmp_path / "answers").rglob("modelinfos/**/*.json"))
+    assert len(entries) == 2, entries  # the dense model's and the MoE model's architectures
+
+    def written() -> list[tuple[int, bytes]]:
+        return [(entry.stat().st_mtime_ns, entry.read_bytes()) for entry in entries]
+
+    before = written()
     answer(then)
-    assert (entry.stat().st_mtime_ns, entry.read_bytes()) == written, "vLLM inspected the model again"
+    assert written() == before, "vLLM inspected a model again"

@@ -2,7 +2,7 @@ import pytest
 
 from matrix.cells import CELLS, Cell
 from matrix.errors import MatrixError
-from matrix.expectations import GATE_KEYS, REPRO_KEYS, expected_values, load_rules
+from matrix.expectations import CONFIG_KEYS, GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.variables import GATE_PIN_VALUES
 
 RULES = load_rules()
@@ -11,7 +11,9 @@ RULES = load_rules()
 @pytest.mark.parametrize("cell", CELLS, ids=str)
 def test_every_value_of_every_cell_has_a_rule_for_the_pinned_vllm(cell):
     for pin_env in GATE_PIN_VALUES:
-        assert set(expected_values(RULES, cell, "0.33.0", pin_env)) == set(GATE_KEYS) | set(REPRO_KEYS)
+        assert set(expected_values(RULES, cell, "0.33.0", pin_env)) == set(GATE_KEYS) | set(REPRO_KEYS) | set(
+            CONFIG_KEYS
+        )
 
 
 def test_later_rules_override_earlier_ones_per_value():

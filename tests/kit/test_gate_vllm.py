@@ -50,6 +50,12 @@ def test_cuda_on_a_new_wsl2_kernel_pins_only_when_asked(answers):
     assert on["pin_memory_constant"] is True  # torch_utils.PIN_MEMORY, frozen at import
 
 
+def test_the_v2_runner_of_this_release_installs_the_offloader_whatever_the_host(answers):
+    # Read from the installed release's source (0.28.0 added the call); each history release checks its own
+    # against expectations.toml's v2-runner-offloader rules.
+    assert {answer["v2_offloader"] for answer in answers.values()} == {True}
+
+
 def test_old_kernels_never_pin_and_say_why(answers):
     for stack in Stack:
         for pin_env in ("unset", "1"):

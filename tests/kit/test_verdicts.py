@@ -133,14 +133,33 @@ def test_what_runs_without_the_variable_is_slow_never_needs_opt_in_and_the_advic
     )
 
 
-def test_the_v2_runner_that_ignores_cpu_offload_is_said_so_with_the_v1_runner_as_the_way_out(tmp_path):
-    _, found = verdicts(tmp_path, suite(tmp_path, "cuda-wsl2new-v2-graph", CUDA_NEW_KERNEL, vllm="0.26.0"))
-    cell = found[("0.26.0", "cuda-wsl2new-v2-graph")]
-    assert cell[Question.ENGINE_START].verdict is Verdict.NEEDS_OPT_IN  # 'UVA is not available' unset
-    offload = cell[Question.OFFLOAD_WITH_GRAPHS]
-    assert offload.verdict is Verdict.IGNORED and offload.and_opt_in
-    # Unset, the engine does not start (#47387); set, offload does nothing (#51396).
-    assert [i.rpartition("/")[2] for i in offload.issues] == ["47387", "51396"]
+def test_the_v2_runner_ignores_cpu_offload_in_every_release_whose_source_has_no_offloader_and_only_there(tmp_path):
+    # v2_offloader: the gate reads from each release's source whether the V2 runner calls create_offloader
+    # (0.28.0 added the call). The verdict follows that fact, release by release, not a range fitted to 0.26.0.
+    without = CUDA_NEW_KERNEL | {("v2_offloader", p): "False" for p in ("unset", "1")}
+    with_it = CUDA_NEW_KERNEL | {("v2_offloader", p): "True" for p in ("unset", "1")}
+    _, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v2-graph", without, vllm="0.24.0"),
+        suite(tmp_path, "cuda-wsl2new-v2-graph", without, vllm="0.27.1"),
+        suite(tmp_path, "cuda-wsl2new-v2-graph", with_it, vllm="0.28.0"),
+        suite(tmp_path, "cuda-wsl2new-v1-graph", without, vllm="0.27.1"),
+    )
+    for vllm in ("0.24.0", "0.27.1"):
+        cell = found[(vllm, "cuda-wsl2new-v2-graph")]
+        assert cell[Question.ENGINE_START].verdict is Verdict.NEEDS_OPT_IN  # 'UVA is not available' unset
+        # Unset the engine does not start, so nothing is copied pinned or not: the variable is what starts it.
+        assert cell[Question.PINNED_MEMORY].verdict is Verdict.NEEDS_OPT_IN
+        assert cell[Question.PINNED_MEMORY].unset.rule.id == "pin-no-engine"
+        offload = cell[Question.OFFLOAD_WITH_GRAPHS]
+        assert offload.verdict is Verdict.IGNORED and offload.and_opt_in
+        assert offload.opt_in.rule.id == "v2-ignores-cpu-offload"
+        assert "read from this release's source" in offload.opt_in.rule.why
+        # Unset, the engine does not start (#47387); set, offload does nothing (#51396).
+        assert [i.rpartition("/")[2] for i in offload.issues] == ["47387", "51396"]
+    assert found[("0.28.0", "cuda-wsl2new-v2-graph")][Question.OFFLOAD_WITH_GRAPHS].verdict is Verdict.NEEDS_OPT_IN
+    # The V1 runner has its offloader in every release: the fact is the V2 runner's alone.
+    assert found[("0.27.1", "cuda-wsl2new-v1-graph")][Question.OFFLOAD_WITH_GRAPHS].verdict is Verdict.NEEDS_OPT_IN
 
 
 def test_gpu_evidence_overrides_the_prediction_and_says_it_was_emulated(tmp_path):
@@ -178,14 +197,18 @@ def test_a_cell_without_results_is_unknown_never_works(tmp_path):
 def test_compat_json_markdown_and_the_page_lead_with_the_verdicts(tmp_path):
     report, _ = verdicts(
         tmp_path,
-        suite(tmp_path, "cuda-wsl2new-v2-graph", CUDA_NEW_KERNEL | {("runner_default", "unset"): "v2"}),
+        suite(
+            tmp_path,
+            "cuda-wsl2new-v2-graph",
+            CUDA_NEW_KERNEL | {("runner_default_dense", "unset"): "v2", ("runner_default_moe", "unset"): "v1"},
+        ),
     )
     path = tmp_path / "compat.json"
     render_json.write(report, path)
     document = json.loads(path.read_text())
     jsonschema.validate(document, SCHEMA)
     (version,) = document["versions"]
-    assert version["default_runner"] == "v2"
+    assert (version["default_runner"], version["default_runners"]) == ("v2", {"dense": "v2", "moe": "v1"})
     (cell,) = [c for c in version["cells"] if c["id"] == "cuda-wsl2new-v2-graph"]
     assert cell["verdicts"]["engine_start"] == {
         "verdict": "needs-opt-in",
