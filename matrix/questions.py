@@ -36,6 +36,10 @@ class ModelClass(Axis):
     MOE = "moe"
 
 
+# How the doctor and the report name a model class.
+MODEL_CLASS_WORDS = {ModelClass.DENSE: "a dense model", ModelClass.MOE: "an MoE model"}
+
+
 class Level(Axis):
     """How a verdict is known, weakest first."""
 

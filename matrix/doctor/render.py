@@ -19,7 +19,7 @@ from matrix.doctor.answer import (
     UnreadableKernel,
 )
 from matrix.doctor.published import REGENERATE, Kind
-from matrix.questions import Level, ModelClass, Question, Verdict
+from matrix.questions import MODEL_CLASS_WORDS, Level, Question, Verdict
 from matrix.report.visible import visible
 from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
 
@@ -92,15 +92,12 @@ def _kernel_words(a: Answer) -> str:
     return f"{s.kernel.value!r} (uname) {unread}: assumed {assumed}; ask with --kernel RELEASE"
 
 
-MODEL_WORDS = {ModelClass.DENSE: "a dense model", ModelClass.MOE: "an MoE model"}
-
-
 def _runner_words(a: Answer) -> str:
     variable = a.setup.runner_variable
     if a.runner.source is Source.VARIABLE and variable.value is not None:
         read = "" if variable.value in ("0", "1") else f", which vLLM reads as {a.runner.value.env_value}"
         return f"{V2_MODEL_RUNNER.name}={_shown(variable.value)}{read}"
-    model = MODEL_WORDS[a.setup.model_class.value]
+    model = MODEL_CLASS_WORDS[a.setup.model_class.value]
     other = "" if a.setup.model_class.source is Source.FLAG else "; --moe for an MoE model"
     return {
         Source.FLAG: "--runner",

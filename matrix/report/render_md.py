@@ -120,7 +120,8 @@ def _blocks(view: ReportView) -> tuple[list[_Block], Iterator[_Block]]:
     for index, release in enumerate(view.releases()):
         # The newest release's grid is the answer most readers came for: the older ones may be cut.
         grid = "the grids of older releases" if index else None
-        releases.append(_Block(grid, [f"## vLLM {md(_clip(release.vllm))}", "", *_grid(release, footnotes), ""]))
+        heading = [f"## vLLM {md(_clip(release.vllm))}", "", f"{md(release.default_runners)}.", ""]
+        releases.append(_Block(grid, [*heading, *_grid(release, footnotes), ""]))
         releases.append(_Block("the evidence tallies", [f"Evidence: {md(s)} ({n} cells)" for s, n in release.evidence]))
         releases.append(_Block(grid, [""]))
         answers = [f"- {md(cell.answer)}" for row in release.rows for cell in row.cells]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matrix.cells import AXES, CELLS, WSL2_PIN_KERNEL, Axis, Cell, Host, Mode, Runner, Stack
+from matrix.questions import MODEL_CLASS_WORDS, ModelClass
 from matrix.report.claims import Suspect
 from matrix.report.model import COLUMNS, ROWS, Contradiction, Diff, Evidence, EvidenceKind, Report, detail_rows
 from matrix.report.status import CellReport, Status
@@ -120,6 +121,21 @@ def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
                 f"vLLM {bench.vllm_version}, concurrency {bench.concurrency}",
                 f": {bench.verdict}",
             )
+
+
+def default_runners_sentence(runners: Mapping[str, str | None]) -> str:
+    """Which runner a release picks per model class with the runner's variable unset, and how that is known."""
+    said = [
+        f"the {RUNNER_NAMES[Runner(runner)]} runner for {MODEL_CLASS_WORDS[ModelClass(kind)]}"
+        for kind, runner in runners.items()
+        if runner is not None
+    ]
+    if not said:
+        return f"Which runner this release picks with {V2_MODEL_RUNNER.name} unset: none of its results says"
+    return (
+        f"With {V2_MODEL_RUNNER.name} unset, this release picks {' and '.join(said)} "
+        "(its engine config, asked for the reproduction's engine)"
+    )
 
 
 def evidence_sentence(evidence: Evidence) -> str:
@@ -427,6 +443,7 @@ class ReleaseView:
     vllm: str
     columns: tuple[str, ...]
     rows: tuple[GridRow, ...]
+    default_runners: str  # which runner the release picks per model class, in a sentence
     evidence: tuple[tuple[str, int], ...]  # each sentence and how many cells rest on it
     benches: tuple[tuple[str, str], ...]  # cell id, benchmark sentence
 
@@ -524,7 +541,14 @@ class ReportView:
             GridRow(STACK_NAMES[stack], HOST_NAMES[host], tuple(views[(stack, host, *column)] for column in COLUMNS))
             for stack, host in ROWS
         )
-        return ReleaseView(vllm, tuple(COLUMN_NAMES[c] for c in COLUMNS), rows, tuple(tally.items()), tuple(benches))
+        return ReleaseView(
+            vllm,
+            tuple(COLUMN_NAMES[c] for c in COLUMNS),
+            rows,
+            default_runners_sentence(self.report.default_runners(vllm)),
+            tuple(tally.items()),
+            tuple(benches),
+        )
 
     def _cell(self, cell: CellReport, evidence: list[Evidence]) -> CellView:
         env = cell.envelope

@@ -6,6 +6,7 @@ since no GPU exists on the machines that run these tests (say so: they stand in 
 
 from __future__ import annotations
 
+import html
 import json
 
 import jsonschema
@@ -209,6 +210,12 @@ def test_compat_json_markdown_and_the_page_lead_with_the_verdicts(tmp_path):
     jsonschema.validate(document, SCHEMA)
     (version,) = document["versions"]
     assert (version["default_runner"], version["default_runners"]) == ("v2", {"dense": "v2", "moe": "v1"})
+    said = (
+        "With VLLM_USE_V2_MODEL_RUNNER unset, this release picks the V2 runner for a dense model and the V1 runner "
+        "for an MoE model (its engine config, asked for the reproduction's engine)."
+    )
+    assert said in html.unescape(render_html.render(report))
+    assert said.partition(", ")[2] in render_md.render(report)  # Markdown escapes the variable's underscores
     (cell,) = [c for c in version["cells"] if c["id"] == "cuda-wsl2new-v2-graph"]
     assert cell["verdicts"]["engine_start"] == {
         "verdict": "needs-opt-in",
