@@ -8,6 +8,7 @@ observed values the report already holds; words are the renderers' (matrix/repor
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import fnmatch
 import tomllib
@@ -110,6 +111,8 @@ class Answer:
     # old only after `wsl --update` (``after_update``). The run it gets, for the why.
     fixed: Found | None = None
     after_update: bool = False
+    # Not working as installed here: the first newer release in the matrix whose same cell works as installed.
+    works_in: str | None = None
 
     @property
     def decisive(self) -> Found | None:
@@ -267,3 +270,23 @@ def release_verdicts(
             )
         )
     return verdicts
+
+
+def with_upgrades(judged: Mapping[tuple[str, str], CellVerdicts]) -> dict[tuple[str, str], CellVerdicts]:
+    """(vLLM, cell id) -> verdicts, each answer that does not work as installed with the first newer release in
+    ``judged`` where the same cell's answer does (``Answer.works_in``): an upgrade is advice too."""
+    numbered = {vllm: number for vllm, _ in judged if (number := release_version(vllm)) is not None}
+    releases = sorted(numbered, key=numbered.__getitem__)
+    upgraded = {}
+    for (vllm, cell), verdicts in judged.items():
+        newer = releases[releases.index(vllm) + 1 :] if vllm in releases else []
+        answers = []
+        for a in verdicts.answers:
+            if a.verdict not in (Verdict.WORKS, Verdict.UNKNOWN):
+                working = (
+                    v for v in newer if (v, cell) in judged and judged[v, cell][a.question].verdict is Verdict.WORKS
+                )
+                a = dataclasses.replace(a, works_in=next(working, None))
+            answers.append(a)
+        upgraded[vllm, cell] = CellVerdicts(tuple(answers))
+    return upgraded

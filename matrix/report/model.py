@@ -30,6 +30,7 @@ from matrix.verdicts import (
     OutcomeRule,
     load_verdict_rules,
     release_verdicts,
+    with_upgrades,
 )
 
 REPORT_SCHEMA = "wslpin-kit.compat/1"
@@ -297,7 +298,7 @@ def judge_verdicts(
     for vllm, cells in versions.items():
         verdicts = release_verdicts(rules, vllm, {c.cell: observations(c) for c in cells})
         judged.update(((vllm, cell.id), found) for cell, found in verdicts.items())
-    return judged
+    return with_upgrades(judged)
 
 
 def read_probe(path: Path) -> Probe:

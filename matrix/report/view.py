@@ -245,6 +245,8 @@ def advice(answer: Answer) -> Phrase:
     if answer.workaround is not None:
         steps.append(WORKAROUNDS[answer.workaround])
     if not steps:
+        if answer.works_in is not None:
+            return (f"no setting avoids it: upgrade to vLLM {answer.works_in}, where it works as installed",)
         return ("no setting avoids it: see the issue" if answer.issues else "no setting avoids it",)
     return steps[0] + ((" and ", *steps[1]) if len(steps) > 1 else ())
 

@@ -17,7 +17,7 @@ from matrix.errors import MatrixError
 from matrix.questions import Level, Question, Verdict
 from matrix.report import render_html, render_json, render_md
 from matrix.report.model import build_report
-from matrix.report.view import build_view, plain
+from matrix.report.view import advice, build_view, plain
 from matrix.verdicts import load_verdict_rules
 
 # What vLLM decides on each host, as the gate records it: (key, pin_env) -> observed.
@@ -161,6 +161,25 @@ def test_the_v2_runner_ignores_cpu_offload_in_every_release_whose_source_has_no_
     assert found[("0.28.0", "cuda-wsl2new-v2-graph")][Question.OFFLOAD_WITH_GRAPHS].verdict is Verdict.NEEDS_OPT_IN
     # The V1 runner has its offloader in every release: the fact is the V2 runner's alone.
     assert found[("0.27.1", "cuda-wsl2new-v1-graph")][Question.OFFLOAD_WITH_GRAPHS].verdict is Verdict.NEEDS_OPT_IN
+
+
+def test_what_no_setting_avoids_but_a_newer_release_fixes_advises_that_release(tmp_path):
+    # 0.25.x: vLLM does not import on WSL2 (#48397); 0.26.0 imports and the engine starts (the V1 runner's).
+    broken = {("imports", p): "False" for p in ("unset", "1")}
+    report, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v1-graph", broken, vllm="0.25.0"),
+        suite(tmp_path, "cuda-wsl2new-v1-graph", broken, vllm="0.25.1"),
+        suite(tmp_path, "cuda-wsl2new-v1-graph", CUDA_NEW_KERNEL, vllm="0.26.0"),
+    )
+    for vllm in ("0.25.0", "0.25.1"):
+        start = found[(vllm, "cuda-wsl2new-v1-graph")][Question.ENGINE_START]
+        assert (start.verdict, start.works_in) == (Verdict.BROKEN, "0.26.0")
+        assert plain(advice(start)) == "no setting avoids it: upgrade to vLLM 0.26.0, where it works as installed"
+    # The newest release has nothing newer to point at, and what works needs no upgrade.
+    assert found[("0.26.0", "cuda-wsl2new-v1-graph")][Question.ENGINE_START].works_in is None
+    offload = found[("0.25.1", "cuda-wsl2new-v1-graph")][Question.OFFLOAD_WITH_GRAPHS]
+    assert offload.verdict is Verdict.BROKEN and offload.works_in is None  # 0.26.0 still needs the variable
 
 
 def test_gpu_evidence_overrides_the_prediction_and_says_it_was_emulated(tmp_path):
