@@ -44,6 +44,7 @@ class Level(Axis):
     """How a verdict is known, weakest first."""
 
     NONE = "none"
+    DOCUMENTED = "documented"  # a vendor's documented requirement: nothing was run
     PREDICTED = "predicted"  # vLLM's own decisions under a presented host, no GPU
     EMULATED = "emulated"  # a GPU on native Linux, the uname presented as the cell's host
     NATIVE = "native"  # a run on the cell's host

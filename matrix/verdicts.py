@@ -70,16 +70,19 @@ class OutcomeRule:
     outcome: Outcome
     why: str
     basis: str
+    cells: str = "*"  # a glob over cell ids
     runner: Runner | None = None
     mode: Mode | None = None
     vllm: SpecifierSet | None = None
     issue: str | None = None
     workaround: Workaround | None = None
     shows: str | None = None
+    level: Level | None = None  # what the rule rests on, where weaker than the cell's result (documented)
 
     def matches(self, cell: Cell, version: Version | None, observed: Mapping[str, str]) -> bool:
         return (
-            self.runner in (None, cell.runner)
+            fnmatch.fnmatchcase(cell.id, self.cells)
+            and self.runner in (None, cell.runner)
             and self.mode in (None, cell.mode)
             and (self.vllm is None or (version is not None and self.vllm.contains(version, prereleases=True)))
             and all(key in observed and fnmatch.fnmatchcase(observed[key], glob) for key, glob in self.when)
@@ -93,6 +96,8 @@ class Found:
     outcome: Outcome
     rule: OutcomeRule
     shown: str = ""  # the observed value the rule names in ``shows``
+    # What it rests on where weaker than the cell's result: its rule's level, or the engine start's it follows.
+    level: Level | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +154,9 @@ class CellVerdicts:
 
     @property
     def headline(self) -> Answer:
-        return min(self.answers, key=lambda a: URGENCY.index(a.verdict))
+        """The most urgent answer; of equally urgent ones, one whose advice adds the variable, since following
+        it does what the others' advice does too (`wsl --update`, then the variable)."""
+        return min(self.answers, key=lambda a: (URGENCY.index(a.verdict), not a.and_opt_in))
 
 
 @dataclass(frozen=True)
@@ -176,12 +183,14 @@ def _rule(index: int, table: dict) -> OutcomeRule:
             outcome=Outcome(table["outcome"]),
             why=str(table["why"]),
             basis=str(table["basis"]),
+            cells=str(table.get("cells", "*")),
             runner=Runner.parse(table["runner"]) if "runner" in table else None,
             mode=Mode.parse(table["mode"]) if "mode" in table else None,
             vllm=SpecifierSet(table["vllm"]) if "vllm" in table else None,
             issue=table.get("issue"),
             workaround=Workaround(table["workaround"]) if "workaround" in table else None,
             shows=table.get("shows"),
+            level=Level.parse(table["level"]) if "level" in table else None,
         )
     except KeyError as exc:
         raise MatrixError(f"{where}: missing field {exc.args[0]!r}") from None
@@ -204,7 +213,7 @@ def _outcome(
         return None
     for rule in rules:
         if rule.question is question and rule.matches(cell, version, observed):
-            return Found(rule.outcome, rule, observed.get(rule.shows, "") if rule.shows else "")
+            return Found(rule.outcome, rule, observed.get(rule.shows, "") if rule.shows else "", rule.level)
     return None
 
 
@@ -218,13 +227,23 @@ def _per_pin(
         if start is not None:
             observed[Question.ENGINE_START.value] = start.outcome.value
         for question in (Question.OFFLOAD_WITH_GRAPHS, Question.PINNED_MEMORY):
-            found[question][pin_env] = _outcome(rules, question, cell, version, observed)
+            this = _outcome(rules, question, cell, version, observed)
+            if (
+                this is not None
+                and start is not None
+                and start.level is not None
+                and Question.ENGINE_START.value in dict(this.rule.when)
+            ):
+                this = dataclasses.replace(this, level=min(level for level in (this.level, start.level) if level))
+            found[question][pin_env] = this
     return found
 
 
 def _verdict(
     question: Question, level: Level, unset: Found | None, opt_in: Found | None, newer_kernel: Answer | None
 ) -> Answer:
+    # An answer is known no better than the weakest rule it rests on (a vendor's documentation, nothing run).
+    level = min([level, *(f.level for f in (unset, opt_in) if f is not None and f.level is not None)])
     if unset is None:
         return Answer(question, Verdict.UNKNOWN, Level.NONE, unset, opt_in)
     if unset.outcome is Outcome.WORKS:

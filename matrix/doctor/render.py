@@ -45,6 +45,7 @@ HOST_WORDS = {
 }
 # A verdict's level in its row: only a run on the set-up's own host is a measurement.
 LEVEL_WORDS = {
+    Level.DOCUMENTED: "documented",
     Level.PREDICTED: "predicted",
     Level.EMULATED: "emulated",
     Level.NATIVE: "measured",
@@ -70,6 +71,7 @@ def _how_known(a: Answer) -> str:
     """How the answer is known, by the weakest level of its verdicts: the line it leads with."""
     vllm, host = a.release.vllm, HOST_WORDS[a.setup.host]
     return {
+        Level.DOCUMENTED: "documented: a vendor's requirement says so, nothing has run this set-up",
         Level.PREDICTED: f"predicted from vLLM {vllm}'s own code, no GPU has run this set-up",
         Level.EMULATED: f"emulated: vLLM {vllm} ran on a GPU under native Linux shown this uname, not on {host}",
         Level.NATIVE: f"measured: vLLM {vllm} ran this set-up on a GPU, on {host}",

@@ -273,6 +273,7 @@ def why(answer: Answer) -> str:
 
 def level_words(level: Level, vllm: str, host: Host) -> str:
     return {
+        Level.DOCUMENTED: "from a vendor's documented requirement, nothing run",
         Level.PREDICTED: f"predicted from vLLM {vllm}'s own decisions, without a GPU",
         Level.EMULATED: f"emulated on native Linux (uname presented as {HOST_NAMES[host]})",
         Level.NATIVE: f"measured on {HOST_NAMES[host]}",
