@@ -62,8 +62,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     # Here, not at the top: what the history's `env`, `plan` and `split` import is its cache key
     # (matrix/history_cache.py), and the doctor's words change no release's results.
+    from matrix.cells import ModelClass
     from matrix.doctor import answer, published, render
-    from matrix.questions import ModelClass
 
     asked = answer.Asked(
         kernel=args.kernel,

@@ -116,6 +116,14 @@ class Mode(Axis):
     EAGER = "eager"
 
 
+class ModelClass(Axis):
+    """Not an axis of the matrix: what vLLM's default runner also depends on (before 0.29.0 it kept MoE models
+    on the V1 runner), so a release's default is asked per model class."""
+
+    DENSE = "dense"
+    MOE = "moe"
+
+
 AXES: tuple[type[Axis], ...] = (Stack, Host, Runner, Mode)
 
 

@@ -17,9 +17,8 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from matrix.cells import CELLS, Cell
+from matrix.cells import CELLS, Cell, ModelClass
 from matrix.errors import MatrixError
-from matrix.questions import ModelClass
 from matrix.variables import GATE_PIN_VALUES
 
 EXPECTATIONS_FILE = Path(__file__).with_name("expectations.toml")

@@ -6,7 +6,7 @@ doctor, which runs on a bare Python, reads them back.
 
 from __future__ import annotations
 
-from matrix.cells import Axis
+from matrix.cells import Axis, ModelClass
 
 
 class Question(Axis):
@@ -27,13 +27,6 @@ class Verdict(Axis):
     IGNORED = "ignored"  # accepted, but does nothing
     SLOW = "slow"  # works through pageable copies every step
     UNKNOWN = "unknown"  # no evidence
-
-
-class ModelClass(Axis):
-    """What vLLM's default runner depends on: before 0.29.0 it kept MoE models on the V1 runner."""
-
-    DENSE = "dense"
-    MOE = "moe"
 
 
 # How the doctor and the report name a model class.

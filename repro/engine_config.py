@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matrix.cells import Cell
+from matrix.cells import Cell, ModelClass
 from matrix.host import reads
 from matrix.plan import CellPlan, Execution
-from matrix.questions import ModelClass
 from matrix.variables import UNSET, V2_MODEL_RUNNER
 from repro import emulation
 from repro.answers import kept_directory, memory, tree_digest

@@ -10,10 +10,9 @@ import enum
 from dataclasses import dataclass
 from typing import Generic, TypeVar, Union
 
-from matrix.cells import Cell, Host, Mode, Runner, Stack
+from matrix.cells import Cell, Host, Mode, ModelClass, Runner, Stack
 from matrix.doctor.published import CellEntry, Kind, Published, Release, Version, parse_version, release_number
 from matrix.host.classify import HostFacts, classify_host, classify_stack, parse_kernel_version
-from matrix.questions import ModelClass
 from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER, Variable, vllm_reads
 
 T = TypeVar("T")

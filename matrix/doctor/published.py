@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from matrix.cells import Axis, Cell, Runner
+from matrix.cells import Axis, Cell, ModelClass, Runner
 from matrix.errors import MatrixError
-from matrix.questions import Level, ModelClass, Question, Verdict
+from matrix.questions import Level, Question, Verdict
 from matrix.records import read_record
 
 # matrix.report.model.REPORT_SCHEMA (a test holds them equal).

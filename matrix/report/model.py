@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from matrix.cells import Host, Mode, Runner, Stack
+from matrix.cells import Host, Mode, ModelClass, Runner, Stack
 from matrix.errors import MatrixError
 from matrix.expectations import Rule, default_runner_key, load_rules, release_version
 from matrix.plan import Execution
-from matrix.questions import ModelClass
 from matrix.report.bench import BenchSummary, latest_per_cell
 from matrix.report.claims import Claims
 from matrix.report.json_input import PROBE, read_json_input

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from matrix.questions import ModelClass
+from matrix.cells import ModelClass
 from matrix.report.model import REPORT_SCHEMA, Evidence, Report
 from matrix.report.status import CaseRecord, CellReport
 from matrix.report.view import advice, answer_sentence, evidence_sentence, plain, why

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from matrix.cells import Mode
+from matrix.cells import Mode, ModelClass
 from matrix.expectations import default_runner_key
-from matrix.questions import ModelClass
 from repro import engine_config
 from repro.failures import exception_text, torch_at_fault
 from repro.tinymodel import CONFIG, tiny_model, tiny_moe
