@@ -262,8 +262,8 @@ def why(answer: Answer) -> str:
         fix = " ".join(step for step, taken in steps if taken)
         return f"{said}; {fix}: {answer.fixed.rule.why}"
     match answer.verdict:
-        case Verdict.NEEDS_OPT_IN:
-            return f"without {PIN_MEMORY.name}={OPT_IN}: {said}"
+        case Verdict.NEEDS_OPT_IN if answer.opt_in is not None:
+            return f"without {PIN_MEMORY.name}={OPT_IN}: {said}; with it: {answer.opt_in.rule.why}"
         case Verdict.NEEDS_WSL_UPDATE:
             return f"on a kernel below {KERNEL}: {said}"
         case Verdict.WORKS:

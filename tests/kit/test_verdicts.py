@@ -17,7 +17,7 @@ from matrix.errors import MatrixError
 from matrix.questions import Level, Question, Verdict
 from matrix.report import render_html, render_json, render_md
 from matrix.report.model import build_report
-from matrix.report.view import advice, build_view, plain
+from matrix.report.view import advice, build_view, plain, why
 from matrix.verdicts import load_verdict_rules
 
 # What vLLM decides on each host, as the gate records it: (key, pin_env) -> observed.
@@ -72,6 +72,9 @@ def test_a_new_kernel_needs_the_opt_in_and_an_old_one_the_update_first(tmp_path)
         Question.PINNED_MEMORY: Verdict.SLOW,
     }
     assert new[Question.PINNED_MEMORY].and_opt_in and new[Question.PINNED_MEMORY].fixed.rule.id == "pinned"
+    # With the variable, vLLM warns of Windows' cap on pinned memory: the advice carries it.
+    assert new[Question.OFFLOAD_WITH_GRAPHS].opt_in.rule.id == "offload-uva-wsl-graph"
+    assert "Windows caps pinned memory at roughly half of physical RAM" in why(new[Question.OFFLOAD_WITH_GRAPHS])
     # Below 4.19.121 CUDA on WSL2 has no GPU at all (NVIDIA's documented requirement): nothing starts, whatever
     # vLLM would decide about pinned memory, and every answer says it rests on that documentation, not on a run.
     assert {a.verdict for a in old.values()} == {Verdict.NEEDS_WSL_UPDATE}
@@ -248,7 +251,7 @@ def test_compat_json_markdown_and_the_page_lead_with_the_verdicts(tmp_path):
         "level": "predicted",
         "advice": "set VLLM_WSL2_ENABLE_PIN_MEMORY=1",
         "why": "without VLLM_WSL2_ENABLE_PIN_MEMORY=1: the V2 runner raises 'UVA is not available' at start "
-        "without pinned memory",
+        "without pinned memory; with it: the engine starts",
         "issues": ["https://github.com/vllm-project/vllm/issues/47387"],
         "rules": ["v2-uva-crash", "starts"],
     }
