@@ -36,7 +36,7 @@ from matrix.groups import GROUP_TESTS  # noqa: E402
 from matrix.layout import UNKNOWN_RELEASE, run_dir, vllm_release  # noqa: E402
 from matrix.plan import Plan, cell_pytest_args  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
-from tools import clean_machine as clean  # noqa: E402
+from tools import clean_machine as fresh  # noqa: E402
 from tools import docker_smoke as smoke  # noqa: E402
 
 nox.needs_version = ">=2025.5.1"
@@ -527,6 +527,17 @@ def cpu_engine(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def clean(session: nox.Session) -> None:
+    """Remove every crashed cell's result from results/ (not results/history/), saying what it removes.
+
+    After a failed try (a container that never started, a session that died) is mended, the report no longer
+    fails on it; the runs that passed or failed stay.
+    """
+    session.install("-e", ".[report]")
+    session.run("python", "-m", "matrix.cleanup", str(RESULTS))
+
+
+@nox.session(default=False)
 def bench_report(session: nox.Session) -> None:
     """Time the report against `junitparser merge` on synthetic results (24 cells x 8 releases x 200 cases, x10)."""
     session.install("-e", ".[report]")
@@ -646,17 +657,17 @@ def clean_machine(session: nox.Session) -> None:
     run = functools.partial(session.run, external=True)
     with contextlib.ExitStack() as stack:
         docker_host = _docker_engine(stack, run, CLEAN / "dockerd.log")
-        key = smoke.rootfs_key(*clean.PACKAGES)
+        key = smoke.rootfs_key(*fresh.PACKAGES)
         cache = smoke.image_cache(os.environ, "clean-machine")
-        tarball = smoke.rootfs_tarball(cache, key, run, packages=clean.PACKAGES)
+        tarball = smoke.rootfs_tarball(cache, key, run, packages=fresh.PACKAGES)
         image = smoke.load_image(docker_host, tarball, f"wslpin-clean:{key}", run)
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-clean-home-")))
-        clean.fresh_clone(ROOT, home / "kit", run)
+        fresh.fresh_clone(ROOT, home / "kit", run)
         try:
-            commands = clean.readme_commands((home / "kit" / "README.md").read_text())
-        except clean.ReadmeError as exc:
+            commands = fresh.readme_commands((home / "kit" / "README.md").read_text())
+        except fresh.ReadmeError as exc:
             session.error(str(exc))
-        run(*clean.docker_run(docker_host, image, home, commands))
+        run(*fresh.docker_run(docker_host, image, home, commands))
 
 
 @nox.session(default=False)

@@ -213,5 +213,7 @@ def read_published(path: Path, name: str) -> Published:
     except _ShapeError as exc:
         raise MatrixError(f"{name} is not a compat.json the doctor can read ({exc}): {REGENERATE}") from None
     if not releases:
-        raise MatrixError(f"{name} holds no vLLM release: {REGENERATE}")
+        raise MatrixError(
+            f"{name} holds no vLLM release (a report of crashed runs alone; `nox -s clean` removes them): {REGENERATE}"
+        )
     return Published(name, tuple(sorted(releases, key=lambda r: r.number, reverse=True)))

@@ -126,6 +126,8 @@ class Report:
     changes: list[ReleaseChange] = field(default_factory=list)
     benches: dict[str, BenchSummary] = field(default_factory=dict)  # the latest per cell id
     verdicts: dict[tuple[str, str], CellVerdicts] = field(default_factory=dict)  # (vLLM, cell id)
+    # Cells of runs that crashed before vLLM answered (no release to place them in): shown, never a release.
+    unplaced: list[CellReport] = field(default_factory=list)
 
     def bench(self, cell: CellReport) -> BenchSummary | None:
         """The cell's latest benchmark, shown with the release it ran."""
@@ -215,7 +217,7 @@ class Report:
 
     @property
     def bad_cells(self) -> list[CellReport]:
-        return [c for c in self.all_cells if c.is_bad]
+        return [c for c in [*self.all_cells, *self.unplaced] if c.is_bad]
 
 
 def row_name(cell_id: str, name: str) -> str:
@@ -289,6 +291,19 @@ def observations(cell: CellReport) -> Observations:
     return Observations(cell.gate_values, LEVELS.get(env.execution.value, Level.NONE))
 
 
+def without_release(versions: dict[str, list[CellReport]]) -> list[CellReport]:
+    """Take out of ``versions`` each one that is no release number and holds only crashed cells: a run that
+    crashed before vLLM answered (a container that never started names no vLLM, matrix.layout.UNKNOWN_RELEASE)
+    is a result, but no release of vLLM. Its cells, which the report still shows and fails on."""
+    unplaced = []
+    for vllm in [v for v in versions if release_version(v) is None]:
+        present = [c for c in versions[vllm] if c.status is not Status.MISSING]
+        if present and all(c.status is Status.CRASHED for c in present):
+            del versions[vllm]
+            unplaced += present
+    return unplaced
+
+
 def judge_verdicts(
     versions: dict[str, list[CellReport]], rules: tuple[OutcomeRule, ...]
 ) -> dict[tuple[str, str], CellVerdicts]:
@@ -338,6 +353,7 @@ def build_report(
         read = read_inputs(inputs, claims)
         nox = nox_records(nox_reports or [])
         versions = build_cells(read, rules, now, max_age_days, nox, runners=claims.runners if claims else None)
+        unplaced = without_release(versions)
     finally:
         gc.enable()
     report = Report(
@@ -350,6 +366,7 @@ def build_report(
         changes=release_changes(versions, rules),
         benches=latest_per_cell(benches),
         verdicts=judge_verdicts(versions, verdict_rules),
+        unplaced=unplaced,
     )
     if previous is not None:
         report.diff = compare(previous, versions)

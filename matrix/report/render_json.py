@@ -95,6 +95,9 @@ def to_document(report: Report, cells: bool = True) -> dict:
             "unreadable": [asdict(p) for p in inputs.unreadable],
             "warnings": [asdict(p) for p in inputs.warnings],
             "suspect": [asdict(s) for s in inputs.suspect],
+            "crashed_without_release": [
+                {"cell": c.cell.id, "status": c.status.value, "reason": c.reason} for c in report.unplaced
+            ],
         },
         "versions": [
             {

@@ -354,7 +354,7 @@ class Item:
 
 @dataclass(frozen=True)
 class Section:
-    key: str  # changes | contradictions | legend | diff | inputs | suspect, or verdicts (shown before the releases)
+    key: str  # changes | contradictions | legend | diff | inputs | suspect | unplaced; verdicts (before the releases)
     title: str
     level: int  # heading level
     items: Iterable[Item]  # produced while rendered: a report may contradict its rules 100k times
@@ -515,6 +515,9 @@ class ReportView:
         if inputs.suspect:
             title = "Suspect results: runs claimed outside the runner's cells"
             yield Section("suspect", title, 2, _suspect(inputs.suspect))
+        if report.unplaced:
+            items = (Item(("crashed: ", _code(c.cell.id), ": ", _text(c.reason))) for c in report.unplaced)
+            yield Section("unplaced", "Runs that crashed before vLLM answered (in no release)", 2, items)
 
     def releases(self) -> Iterator[ReleaseView]:
         for vllm in self.release_names:

@@ -270,6 +270,25 @@ def test_facts_no_one_disputes(published):
     assert observed(cell(published, "0.26.0", "cuda-wsl2old-v1-graph"), "imports", "unset") == "True"
 
 
+def test_what_a_user_gets_follows_each_releases_own_facts(published):
+    # The V2 runner creates the CPU-weight offloader from 0.28.0 (read from each release's source): before it,
+    # its offload is ignored in every release, not only in 0.26.0, the one measured on a GPU.
+    for release, has in (("0.24.0", "False"), ("0.27.1", "False"), ("0.28.0", "True"), ("0.33.0", "True")):
+        assert observed(cell(published, release, "cuda-linux-v2-graph"), "v2_offloader", "unset") == has
+    for release in ("0.24.0", "0.26.0", "0.27.1"):
+        offload = cell(published, release, "cuda-wsl2new-v2-graph")["verdicts"]["offload_with_graphs"]
+        assert offload["verdict"] == "ignored", (release, offload)
+    # With the runner's variable unset, a dense model runs on V2 and an MoE model on V1 until 0.29.0.
+    runners = {v["vllm"]: v["default_runners"] for v in published["versions"]}
+    assert runners["0.28.0"] == {"dense": "v2", "moe": "v1"} and runners["0.29.0"] == {"dense": "v2", "moe": "v2"}
+    # Eager offload on WSL2 runs without the variable, copying pageable weights: slow, not needs-opt-in.
+    eager = cell(published, "0.33.0", "cuda-wsl2new-v1-eager")["verdicts"]["offload_with_graphs"]
+    assert (eager["verdict"], eager["advice"]) == ("slow", "set VLLM_WSL2_ENABLE_PIN_MEMORY=1")
+    # No CUDA engine starts below kernel 4.19.121, and the answer says it rests on NVIDIA's documentation.
+    start = cell(published, "0.33.0", "cuda-wsl2old-v1-graph")["verdicts"]["engine_start"]
+    assert (start["verdict"], start["level"]) == ("needs-wsl-update", "documented")
+
+
 def test_the_published_matrix_agrees_with_the_rules(published):
     assert published["contradictions"] == [], "a rule in matrix/expectations.toml disagrees with a release"
 

@@ -125,7 +125,8 @@ def test_another_release_leaves_the_first_in_place(tmp_path, env, plan, raw):
 
 @pytest.mark.reads_host
 def test_a_crashed_image_run_replaces_no_host_result(tmp_path, env, plan, raw):
-    """No Docker engine answers: the crash lands under unknown/gate@<image>, the host's files stay as they were."""
+    """No Docker engine answers: the crash lands under unknown/gate@<image>, the host's files stay as they were,
+    and the report shows it as a crash in no release, which the doctor reads past."""
     results = tmp_path / "results"
     host = split(results, raw["gate"], "gate", env, plan)
     before = {p: p.read_bytes() for p in host.iterdir()}
@@ -148,7 +149,27 @@ def test_a_crashed_image_run_replaces_no_host_result(tmp_path, env, plan, raw):
     assert {p: p.read_bytes() for p in host.iterdir()} == before
     assert "FAILED cuda-wsl2new-v2-graph: no_results" in done.stdout  # this run's table, not the host's
     done = run_module("matrix", "report", str(results), "--out", str(tmp_path / "report"))
-    assert done.returncode == 1  # a crashed cell is bad news, under the release it ran: unknown
+    assert done.returncode == 1  # a crashed cell is bad news
     document = json.loads((tmp_path / "report" / "compat.json").read_text())
     assert cells_of(document, VLLM_VERSION)["cuda-wsl2new-v2-graph"]["status"] == "pass"
-    assert cells_of(document, "unknown")["cuda-wsl2new-v2-graph"]["status"] == "crashed"
+    # It is no vLLM release: shown as a crash in no release, and the doctor still answers from the report.
+    assert [v["vllm"] for v in document["versions"]] == [VLLM_VERSION]
+    unplaced = document["inputs"]["crashed_without_release"]
+    assert {(c["cell"], c["status"]) for c in unplaced} == {(c, "crashed") for c in CELLS.split(",")}
+    assert all("no Docker engine answers" in c["reason"] for c in unplaced)
+    assert "Runs that crashed before vLLM answered" in (tmp_path / "report" / "COMPATIBILITY.md").read_text()
+    doctor = run_module(
+        "matrix",
+        "doctor",
+        "--matrix",
+        str(tmp_path / "report" / "compat.json"),
+        "--stack",
+        "cuda",
+        "--kernel",
+        "6.6.87.2-microsoft-standard-WSL2",
+        "--vllm",
+        VLLM_VERSION,
+        "--json",
+    )
+    assert doctor.returncode == 0, doctor.stderr
+    assert json.loads(doctor.stdout)["vllm"] == VLLM_VERSION
