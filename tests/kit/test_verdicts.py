@@ -161,7 +161,7 @@ def test_the_v2_runner_ignores_cpu_offload_in_every_release_whose_source_has_no_
         assert cell[Question.ENGINE_START].verdict is Verdict.NEEDS_OPT_IN  # 'UVA is not available' unset
         # Unset the engine does not start, so nothing is copied pinned or not: the variable is what starts it.
         assert cell[Question.PINNED_MEMORY].verdict is Verdict.NEEDS_OPT_IN
-        assert cell[Question.PINNED_MEMORY].unset.rule.id == "pin-no-engine"
+        assert cell[Question.PINNED_MEMORY].unset.rule.id == "pin-no-engine-v2"
         offload = cell[Question.OFFLOAD_WITH_GRAPHS]
         assert offload.verdict is Verdict.IGNORED and offload.and_opt_in
         assert offload.opt_in.rule.id == "v2-ignores-cpu-offload"
