@@ -526,6 +526,12 @@ def cpu_engine(session: nox.Session) -> None:
     session.log(f"tests against the engine took {time.perf_counter() - started:.0f} s")
 
 
+@nox.session(venv_backend="none", default=False)
+def readme(session: nox.Session) -> None:
+    """Run the README's marked examples and write what they print; `-- --check` only says which differ (exit 1)."""
+    session.run(sys.executable, "tools/readme.py", *session.posargs)
+
+
 @nox.session(default=False)
 def clean(session: nox.Session) -> None:
     """Remove every crashed cell's result from results/ (not results/history/), saying what it removes.

@@ -1,0 +1,64 @@
+"""The README's marked examples (tools/readme.py): made by running their commands, and checked against them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+TOOL = [sys.executable, str(ROOT / "tools" / "readme.py")]
+
+
+def readme_tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*TOOL, *args], cwd=ROOT, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.reads_host
+def test_the_readmes_examples_print_what_they_show():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from readme import new_user_env
+    finally:
+        sys.path.pop(0)
+    # The examples show a machine whose python3 has no vLLM, as a new user's has.
+    has_vllm = subprocess.run(
+        ["python3", "-c", "import importlib.metadata as m; m.version('vllm')"],
+        env=new_user_env(dict(os.environ)),
+        capture_output=True,
+        check=False,
+    )
+    if has_vllm.returncode == 0:
+        pytest.skip("this machine's python3 has vLLM installed: the README's examples show one without")
+    done = readme_tool("--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_stale_example_is_named_then_rewritten_and_a_timing_is_no_difference(tmp_path):
+    readme = tmp_path / "README.md"
+    command = 'python3 -c \'print("ran in 1.3 s"); print("3 cells")\''
+    readme.write_text(f"# Kit\n\n<!-- readme: run -->\n```console\n$ {command}\nran in 55 s\n3 cells\n```\n\nText.\n")
+    assert readme_tool("--check", str(readme)).returncode == 0  # only the time differs
+    readme.write_text(readme.read_text().replace("55 s\n3 cells", "55 s\n2 cells"))
+    stale = readme_tool("--check", str(readme))
+    assert stale.returncode == 1
+    assert (
+        stale.stdout == f"stale: the README's example of `{command}` is not what it prints now: run `nox -s readme`\n"
+    )
+    assert "55 s\n2 cells" in readme.read_text()  # --check writes nothing
+    assert readme_tool(str(readme)).returncode == 0
+    assert readme.read_text().endswith(f"```console\n$ {command}\nran in 1.3 s\n3 cells\n```\n\nText.\n")
+    assert readme_tool("--check", str(readme)).returncode == 0
+
+
+def test_a_readme_without_examples_or_with_a_failing_command_is_one_line(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# Kit\n")
+    done = readme_tool("--check", str(readme))
+    assert (done.returncode, done.stderr.count("\n")) == (2, 1) and "has no example marked" in done.stderr
+    readme.write_text("<!-- readme: run -->\n```console\n$ python3 -c 'raise SystemExit(3)'\n```\n")
+    done = readme_tool(str(readme))
+    assert done.returncode == 2 and done.stderr.startswith("error: `python3 -c 'raise SystemExit(3)'` exited 3")
+    assert readme.read_text().endswith("```\n")
