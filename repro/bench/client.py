@@ -93,9 +93,32 @@ def _chunk(data: bytes) -> dict:
     return chunk
 
 
-def _carries_tokens(chunk: dict) -> bool:
-    # Token ids too: a byte-level token that ends inside a UTF-8 character arrives with empty text.
-    return any(isinstance(c, dict) and (c.get("text") or c.get("token_ids")) for c in chunk["choices"])
+def _tokens(chunk: dict) -> int:
+    """How many tokens the chunk carries, counted here: its token ids, or one for a choice with text only.
+
+    Token ids too: a byte-level token that ends inside a UTF-8 character arrives with empty text.
+    """
+    count = 0
+    for choice in chunk["choices"]:
+        if not isinstance(choice, dict):
+            continue
+        ids = choice.get("token_ids")
+        if isinstance(ids, list) and ids:
+            count += len(ids)
+        elif choice.get("text"):
+            count += 1
+    return count
+
+
+def _usage(chunk: dict) -> int | None:
+    """The completion tokens the server says it sent, where it says so; a figure that is no count is malformed."""
+    usage = chunk.get("usage")
+    if not isinstance(usage, dict) or usage.get("completion_tokens") is None:
+        return None
+    said = usage["completion_tokens"]
+    if type(said) is not int or said < 0:
+        raise MalformedStreamError(f"its usage says {said!r} completion tokens, which is no count")
+    return said
 
 
 async def _one(
@@ -114,9 +137,11 @@ async def _one(
     }
     sent = time.perf_counter()
     arrivals: list[float] = []
+    counted = 0
     usage_tokens = None
     try:
-        async with asyncio.timeout(timeout), session.post(url, json=payload) as response:
+        # Not redirected: the load goes to the server asked, never to wherever it points.
+        async with asyncio.timeout(timeout), session.post(url, json=payload, allow_redirects=False) as response:
             if response.status != 200:
                 body = (await response.content.read(200)).decode(errors="replace")
                 return RequestRecord(False, error=f"HTTP {response.status}: {body}")
@@ -128,12 +153,13 @@ async def _one(
                 if data == b"[DONE]":
                     break
                 chunk = _chunk(data)
-                if isinstance(chunk.get("usage"), dict):
-                    usage_tokens = chunk["usage"].get("completion_tokens")
-                if _carries_tokens(chunk):
+                if (said := _usage(chunk)) is not None:
+                    usage_tokens = said
+                if tokens := _tokens(chunk):
                     arrivals.append(time.perf_counter())
-                    if len(arrivals) > output_len:
-                        raise MalformedStreamError(f"more chunks with tokens than the {output_len} tokens asked for")
+                    counted += tokens
+                    if counted > output_len:
+                        raise MalformedStreamError(f"more tokens than the {output_len} asked for")
             else:
                 return RequestRecord(False, error="the stream ended without [DONE]: the server went away mid-answer")
     except TimeoutError:
@@ -144,13 +170,19 @@ async def _one(
         return RequestRecord(False, error=f"{type(e).__name__}: {e}")
     if not arrivals:
         return RequestRecord(False, error="the server answered with no token")
+    if usage_tokens is not None and usage_tokens != counted:
+        # Every figure recorded is counted here: a server whose account differs from its own stream is not believed.
+        return RequestRecord(
+            False,
+            error=f"malformed stream: its usage says {usage_tokens} completion tokens, its stream carried {counted}",
+        )
     done = time.perf_counter()
     return RequestRecord(
         ok=True,
         ttft_ms=(arrivals[0] - sent) * 1000,
         itl_ms=tuple(float(x) for x in np.diff(arrivals) * 1000),
         e2e_ms=(done - sent) * 1000,
-        output_tokens=usage_tokens or len(arrivals),
+        output_tokens=counted,
     )
 
 

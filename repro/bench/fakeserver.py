@@ -189,7 +189,41 @@ async def malformed(request: web.Request, model: str) -> web.StreamResponse:
     return response
 
 
-MISBEHAVIOURS = {"endless": endless, "slowloris": slowloris, "malformed": malformed}
+async def _tokens_then_usage(request: web.Request, model: str, completion_tokens: object) -> web.StreamResponse:
+    """The tokens asked for, then a usage chunk whose count is ``completion_tokens``, then [DONE]."""
+    body = await request.json()
+    response = await _streaming(request)
+    for i in range(int(body.get("max_tokens", 16))):
+        await response.write(_event(model, f" t{i}"))
+    usage = {"prompt_tokens": 1, "completion_tokens": completion_tokens}
+    await response.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
+async def inflated(request: web.Request, model: str) -> web.StreamResponse:
+    """A usage that claims far more tokens than the stream carried (a throughput of 1e300 tokens a second)."""
+    return await _tokens_then_usage(request, model, 10**300)
+
+
+async def uncounted(request: web.Request, model: str) -> web.StreamResponse:
+    """A usage whose count is no number."""
+    return await _tokens_then_usage(request, model, "lots")
+
+
+async def redirect(request: web.Request, model: str) -> web.Response:
+    """Completions are elsewhere: a redirect to another host."""
+    raise web.HTTPTemporaryRedirect("http://192.0.2.1/v1/completions")
+
+
+MISBEHAVIOURS = {
+    "endless": endless,
+    "slowloris": slowloris,
+    "malformed": malformed,
+    "inflated": inflated,
+    "uncounted": uncounted,
+    "redirect": redirect,
+}
 
 
 async def start_profile(request: web.Request) -> web.Response:

@@ -30,10 +30,18 @@ class StepProfile:
     stream_syncs: int
 
 
+# A profile of the bench's few steps is tens of MiB; a trace past this, once decompressed, is not read (a gzip bomb
+# would otherwise take the machine's memory).
+MAX_TRACE_BYTES = 512 << 20
+
+
 def read_trace(path: Path) -> list[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        doc = json.load(f)
+    with opener(path, "rb") as f:
+        data = f.read(MAX_TRACE_BYTES + 1)
+    if len(data) > MAX_TRACE_BYTES:
+        raise ValueError(f"it is over {MAX_TRACE_BYTES >> 20} MiB decompressed, which no bench profile reaches")
+    doc = json.loads(data)
     return doc["traceEvents"] if isinstance(doc, dict) else doc
 
 

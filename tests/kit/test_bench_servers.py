@@ -8,6 +8,7 @@ stand-in is NVML's reading of GPU memory, which cannot exist on a machine
 without a GPU.
 """
 
+import gzip
 import json
 import os
 import selectors
@@ -41,9 +42,14 @@ def _bench(out: Path, *args: str, server_args: tuple[str, ...] = ()) -> list[str
 @pytest.mark.parametrize(
     ("stream", "reason"),
     [
-        ("endless", "malformed stream: more chunks with tokens than the 8 tokens asked for"),
+        ("endless", "malformed stream: more tokens than the 8 asked for"),
         ("slowloris", "no complete answer within the request timeout (3 s)"),
         ("malformed", "malformed stream: an event is not JSON"),
+        # Every figure recorded is counted by the client: a server's account that its stream does not bear out,
+        # or that is no count, fails the request, and the load never follows a redirect elsewhere.
+        ("inflated", f"malformed stream: its usage says {10**300} completion tokens, its stream carried 8"),
+        ("uncounted", "malformed stream: its usage says 'lots' completion tokens, which is no count"),
+        ("redirect", "HTTP 307: "),
     ],
 )
 @pytest.mark.reads_host
@@ -222,6 +228,17 @@ def test_the_emulated_host_reaches_a_server_without_the_kit_on_its_path(tmp_path
         check=True,
     )
     assert shown.stdout.strip() == Host.WSL2NEW.emulated_release
+
+
+def test_a_trace_that_decompresses_past_the_bound_is_refused_without_being_read_whole(tmp_path, monkeypatch):
+    bomb = tmp_path / "trace.json.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        for _ in range(64):
+            f.write(b" " * (1 << 20))  # 64 MiB of spaces: a few hundred KiB on disk
+    assert bomb.stat().st_size < 1 << 20
+    monkeypatch.setattr(profile, "MAX_TRACE_BYTES", 8 << 20)  # the bound is 512 MiB; the test's file is smaller
+    with pytest.raises(ValueError, match="over 8 MiB decompressed"):
+        profile.read_trace(bomb)
 
 
 def test_a_cpu_only_trace_says_how_many_engine_steps_it_holds():
