@@ -22,7 +22,6 @@ import json
 import os
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,10 +192,10 @@ def _profile_arm(
     before = set(profile_dir.rglob("*.json*")) if profile_dir.exists() else set()
     prompt = client.make_prompts(1, config.input_len, config.vocab, (config.seed, 0, 1))
     try:
-        urllib.request.urlopen(urllib.request.Request(f"{url}/start_profile", method="POST"), timeout=60).close()
+        servers.ask(f"{url}/start_profile", timeout=60, method="POST")
         run = client.run_level(url, config.model, prompt, 1, config.output_len, 60, stop=cancel.requested)
         cancel.check()
-        urllib.request.urlopen(urllib.request.Request(f"{url}/stop_profile", method="POST"), timeout=60).close()
+        servers.ask(f"{url}/stop_profile", timeout=60, method="POST")
         if run.failed:
             return f"the profiled request failed: {run.failed[0].error}"
     except OSError as e:

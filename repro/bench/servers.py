@@ -91,10 +91,25 @@ def log_tail(path: Path) -> str:
     return "\n".join("    " + line for line in lines[-LOG_TAIL_LINES:])
 
 
+class _NotFollowed(urllib.request.HTTPRedirectHandler):
+    """A redirect is the server's answer (an HTTPError), never a request sent to wherever it points."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NotFollowed)
+
+
+def ask(url: str, timeout: float, method: str = "GET") -> int:
+    """The server's HTTP status for one request to ``url``, redirects not followed; OSError if it gives none."""
+    with _OPENER.open(urllib.request.Request(url, method=method), timeout=timeout) as response:
+        return response.status
+
+
 def _healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-            return response.status == 200
+        return ask(f"{url}/health", timeout=2) == 200
     except (urllib.error.URLError, OSError):
         return False
 

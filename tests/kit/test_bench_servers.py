@@ -9,13 +9,16 @@ without a GPU.
 """
 
 import gzip
+import http.server
 import json
 import os
 import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -228,6 +231,31 @@ def test_the_emulated_host_reaches_a_server_without_the_kit_on_its_path(tmp_path
         check=True,
     )
     assert shown.stdout.strip() == Host.WSL2NEW.emulated_release
+
+
+def test_a_redirect_from_the_server_is_its_answer_and_never_followed():
+    visits = []
+
+    class Redirecting(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            if self.path == "/elsewhere":
+                visits.append(self.path)
+            self.send_response(307)
+            self.send_header("Location", "/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirecting) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            with pytest.raises(urllib.error.HTTPError, match="307"):
+                servers.ask(f"http://127.0.0.1:{server.server_port}/start_profile", timeout=10, method="POST")
+        finally:
+            server.shutdown()
+    assert visits == []
 
 
 def test_a_trace_that_decompresses_past_the_bound_is_refused_without_being_read_whole(tmp_path, monkeypatch):
