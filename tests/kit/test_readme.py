@@ -9,6 +9,8 @@ import sys
 import pytest
 from conftest import ROOT
 
+from tools.readme import new_user_env
+
 TOOL = [sys.executable, str(ROOT / "tools" / "readme.py")]
 
 
@@ -18,11 +20,6 @@ def readme_tool(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.reads_host
 def test_the_readmes_examples_print_what_they_show():
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        from readme import new_user_env
-    finally:
-        sys.path.pop(0)
     # The examples show a machine whose python3 has no vLLM, as a new user's has.
     has_vllm = subprocess.run(
         ["python3", "-c", "import importlib.metadata as m; m.version('vllm')"],
