@@ -235,11 +235,10 @@ def advice(answer: Answer) -> Phrase:
             return ("nothing to set",)
         case Verdict.NEEDS_OPT_IN:
             return SET_OPT_IN
-        case Verdict.NEEDS_WSL_UPDATE:
-            return WSL_UPDATE + ((", then ", *SET_OPT_IN) if answer.and_opt_in else ())
         case Verdict.UNKNOWN:
             return ("no evidence yet: run the cell",)
-    if answer.after_update:
+    # Needs the update, or slow until it: `wsl --update` first, then the variable where the new kernel needs it.
+    if answer.verdict is Verdict.NEEDS_WSL_UPDATE or answer.after_update:
         return WSL_UPDATE + ((", then ", *SET_OPT_IN) if answer.and_opt_in else ())
     steps = [SET_OPT_IN] if answer.and_opt_in else []
     if answer.workaround is not None:
