@@ -6,7 +6,7 @@
 24 cells x 8 vLLM releases x 200 cases, then the same x10 (2,000 cases per
 file). Each command runs in a fresh process; peak memory is that process's
 maximum resident set. ``--scaling`` instead times the report (read, judge, the
-three outputs) on the two shapes that once grew faster than their size: one
+four outputs) on the two shapes that once grew faster than their size: one
 file naming 100/200/400 vLLM releases, and one test rerun 20k-200k times.
 Prints the figures; asserts nothing.
 """
@@ -117,7 +117,7 @@ def many_reruns(path: Path, reruns: int) -> Path:
 
 
 def time_report(path: Path, out: Path) -> float:
-    """Seconds to read and judge ``path`` and write all three outputs, in this process."""
+    """Seconds to read and judge ``path`` and write all four outputs, in this process."""
     from matrix.report import render_html, render_json, render_md
     from matrix.report.model import build_report
 
@@ -127,6 +127,7 @@ def time_report(path: Path, out: Path) -> float:
     render_json.write(report, out / "compat.json")
     (out / "COMPATIBILITY.md").write_text(render_md.render(report))
     (out / "index.html").write_text(render_html.render(report))
+    (out / "strips.svg").write_text(render_html.render_strips(report))
     return time.perf_counter() - start
 
 

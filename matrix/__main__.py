@@ -227,10 +227,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as exc:
         raise MatrixError(
-            f"--out {out}: a file is in the way ({exc.strerror}): give a directory for the three outputs"
+            f"--out {out}: a file is in the way ({exc.strerror}): give a directory for the four outputs"
         ) from None
     (out / "COMPATIBILITY.md").write_text(render_md.render(report))
     render_html.write(report, out / "index.html")
+    (out / "strips.svg").write_text(render_html.render_strips(report))
     render_json.write(report, out / "compat.json")
     print(render_text.render(report, colour=sys.stdout.isatty()))
     inputs = report.inputs
@@ -238,7 +239,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"read {len(inputs.files)} file(s), {inputs.testcases_read} test case(s); "
         f"unattributed {len(inputs.unattributed)}, unreadable {len(inputs.unreadable)}"
     )
-    print(visible(f"wrote {out}/COMPATIBILITY.md, {out}/index.html, {out}/compat.json"))
+    print(visible(f"wrote {out}/COMPATIBILITY.md, {out}/index.html, {out}/strips.svg, {out}/compat.json"))
     bad = report.bad_cells
     if bad:
         names = ", ".join(f"{c.cell.id} ({c.status.value}, vLLM {visible(c.vllm)})" for c in bad[:10])
@@ -378,10 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
     summary.set_defaults(func=cmd_summary)
 
     report = sub.add_parser(
-        "report", help="merge JUnit from any runners into COMPATIBILITY.md, index.html, compat.json"
+        "report", help="merge JUnit from any runners into COMPATIBILITY.md, index.html, strips.svg, compat.json"
     )
     report.add_argument("inputs", nargs="+", help="JUnit files, directories or globs")
-    report.add_argument("--out", required=True, help="directory for the three outputs")
+    report.add_argument("--out", required=True, help="directory for the four outputs")
     report.add_argument("--previous", help="the last published compat.json, for the diff")
     report.add_argument(
         "--nox-report",

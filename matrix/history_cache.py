@@ -36,6 +36,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from matrix.errors import MatrixError
+from matrix.progress import progress
 
 # The packages of the kit's own code; an import of anything else (vLLM, torch, pytest) is the venv's, in the key
 # through the release, the lock and the interpreter.
@@ -353,28 +354,6 @@ class Outcome:
         if self.action == "recomputed":
             said = f"recomputed, {'DIFFERS from' if self.differences else 'same as'} its cached copy"
         return f"vLLM {self.version}: {said} (key {self.key}) in {self.seconds:.1f} s"
-
-
-def _clock(seconds: float) -> str:
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
-
-
-def progress(done: int, total: int, elapsed: float, to_compute: int, computed: Sequence[float]) -> str:
-    """After ``done`` of ``total`` releases: how long so far, and what is left by the releases computed so far.
-
-    A reused release takes a second or two, so what is left is the ones still to compute, at the mean of those
-    computed (none yet: unknown).
-    """
-    said = f"{done} of {total} releases in {_clock(elapsed)}"
-    if done == total:
-        return said
-    if not to_compute:
-        return f"{said}; the rest are cached"
-    if not computed:
-        return f"{said}; {to_compute} still to compute"
-    each = sum(computed) / len(computed)
-    return f"{said}; about {_clock(to_compute * each)} left ({to_compute} to compute at ~{each:.0f} s each)"
 
 
 def run_history(

@@ -1,8 +1,10 @@
-"""index.html: the report as one self-contained page (no CDN, no fetch), readable at a glance.
+"""index.html: the report as one self-contained page (no CDN, no fetch), readable at a glance; strips.svg.
 
-Each grid cell shows its status as colour, glyph and word; hovering shows its
-provenance, clicking opens it with the command that reproduces it and its
-failing tests. The page is templates/page.html.j2 over the view model, rendered
+Each grid cell shows its verdict as fill, glyph and word; hovering shows its
+provenance, clicking opens the rest: the advice, each question's answer, the
+status against the rules, the command that reproduces it and its failing tests.
+The strips show each question's answers across releases, on the page and as an
+image of their own. The page is templates/page.html.j2 over the view model, rendered
 with autoescape, so every string from the inputs is text; its CSS and script are
 template files inlined into it.
 """
@@ -65,3 +67,8 @@ def render(report: Report) -> str:
 def write(report: Report, path: Path) -> None:
     with path.open("w") as f:
         f.writelines(chunks(report))
+
+
+def render_strips(report: Report) -> str:
+    """strips.svg: each question's answer per cell across releases, the picture the page also shows."""
+    return _TEMPLATES.get_template("strips.svg.j2").render(strips=build_view(report).strips, standalone=True)

@@ -23,6 +23,7 @@ from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
 from matrix.verdicts import Answer, CellVerdicts, Level, Question, Verdict, Workaround
 
 TITLE = "vLLM WSL2 pinned-memory compatibility"
+STRIPS_TITLE = "When did each set-up start or stop working? Each question's answer per vLLM release"
 HOST_NAMES = {
     Host.LINUX: "native Linux",
     Host.WSL2OLD: "WSL2 kernel < 4.19.121",
@@ -195,7 +196,7 @@ class VerdictLook:
     verdict: Verdict
     glyph: str
     meaning: str
-    colour: str  # Okabe-Ito, as the statuses
+    colour: str  # a light fill, far from every status colour (STATUS_VERDICT_DISTANCE)
 
     @property
     def word(self) -> str:
@@ -206,15 +207,19 @@ KERNEL = ".".join(map(str, WSL2_PIN_KERNEL))
 VERDICT_LOOKS = {
     look.verdict: look
     for look in (
-        VerdictLook(Verdict.WORKS, "✔", "works as installed", "#009E73"),
-        VerdictLook(Verdict.NEEDS_OPT_IN, "⚑", f"works only with {PIN_MEMORY.name}={OPT_IN}", "#56B4E9"),
-        VerdictLook(Verdict.NEEDS_WSL_UPDATE, "⇧", f"works after wsl --update (kernel ≥ {KERNEL})", "#0072B2"),
-        VerdictLook(Verdict.BROKEN, "✘", "fails whatever the variable says", "#D55E00"),
-        VerdictLook(Verdict.IGNORED, "∅", "accepted, but does nothing", "#CC79A7"),
-        VerdictLook(Verdict.SLOW, "◑", "works, through pageable copies every step", "#E69F00"),
-        VerdictLook(Verdict.UNKNOWN, "?", "no evidence", "#999999"),
+        VerdictLook(Verdict.WORKS, "✔", "works as installed", "#BBDDAA"),
+        VerdictLook(Verdict.NEEDS_OPT_IN, "⚑", f"works only with {PIN_MEMORY.name}={OPT_IN}", "#BBCCEE"),
+        VerdictLook(Verdict.NEEDS_WSL_UPDATE, "⇧", f"works after wsl --update (kernel ≥ {KERNEL})", "#9988CC"),
+        VerdictLook(Verdict.BROKEN, "✘", "fails whatever the variable says", "#FFAAAA"),
+        VerdictLook(Verdict.IGNORED, "∅", "accepted, but does nothing", "#DDDDAA"),
+        VerdictLook(Verdict.SLOW, "◑", "works, through pageable copies every step", "#FFDDAA"),
+        VerdictLook(Verdict.UNKNOWN, "?", "no evidence", "#FFFFFF"),
     )
 }
+# Verdicts fill a cell, statuses mark only the status line: two palettes a reader cannot take for each other.
+# The least CIE76 colour difference between any verdict colour and any status colour (10: plainly different
+# side by side); tests/kit/test_page_chooser.py measures it on the page as Chromium computes it.
+STATUS_VERDICT_DISTANCE = 10.0
 QUESTION_NAMES = {
     Question.ENGINE_START: "engine start",
     Question.OFFLOAD_WITH_GRAPHS: "CPU offload",
@@ -348,7 +353,7 @@ def chooser(release_names: Iterable[str]) -> Chooser:
 class Item:
     phrase: Phrase
     notes: tuple[str, ...] = ()  # lines under the item, from the inputs
-    look: StatusLook | None = None  # the legend's status
+    look: StatusLook | VerdictLook | None = None  # the legend's status or verdict
 
 
 @dataclass(frozen=True)
@@ -463,6 +468,34 @@ class DetailView:
 
 
 @dataclass(frozen=True)
+class StripMark:
+    look: VerdictLook
+    title: str  # on hover: the cell, the release and the answer
+
+
+@dataclass(frozen=True)
+class StripRow:
+    cell: str
+    marks: tuple[StripMark | None, ...]  # per release, oldest first; None: the release has no such cell
+
+
+@dataclass(frozen=True)
+class Strip:
+    question: str
+    rows: tuple[StripRow, ...]  # every cell of the matrix, in its order
+
+
+@dataclass(frozen=True)
+class StripsView:
+    """Per question, when did a set-up start or stop working: cells down, releases across (oldest first)."""
+
+    title: str
+    releases: tuple[str, ...]
+    strips: tuple[Strip, ...]
+    legend: tuple[VerdictLook, ...]
+
+
+@dataclass(frozen=True)
 class ReportView:
     """The report in words. Releases, their detail and the sections after them are built when
     rendered, one at a time, so a large report is never held whole in two shapes at once."""
@@ -488,7 +521,7 @@ class ReportView:
     @property
     def verdicts(self) -> Section:
         """What a cell's first line says: shown before the grids, which lead with it."""
-        items = [Item((f"{x.glyph} ", _strong(x.word), ": ", x.meaning)) for x in VERDICT_LOOKS.values()]
+        items = [Item((f"{x.glyph} ", _strong(x.word), ": ", x.meaning), look=x) for x in VERDICT_LOOKS.values()]
         return Section("verdicts", "Does it work? Each cell's first line", 3, items)
 
     def sections(self) -> Iterator[Section]:
@@ -521,6 +554,29 @@ class ReportView:
     def releases(self) -> Iterator[ReleaseView]:
         for vllm in self.release_names:
             yield self._release(vllm)
+
+    @property
+    def strips(self) -> StripsView:
+        oldest_first = tuple(reversed(self.release_names))
+        verdicts = self.report.verdicts
+
+        def mark(vllm: str, cell: Cell, question: Question) -> StripMark | None:
+            found = verdicts.get((vllm, cell.id))
+            if found is None:
+                return None
+            answer = found[question]
+            look = VERDICT_LOOKS[answer.verdict]
+            said = plain(advice(answer))
+            return StripMark(look, f"{cell.id}, vLLM {vllm}: {QUESTION_NAMES[question]} {look.word}, {said}")
+
+        strips = tuple(
+            Strip(
+                QUESTION_NAMES[question],
+                tuple(StripRow(cell.id, tuple(mark(v, cell, question) for v in oldest_first)) for cell in CELLS),
+            )
+            for question in Question
+        )
+        return StripsView(STRIPS_TITLE, oldest_first, strips, tuple(VERDICT_LOOKS.values()))
 
     def detail(self, vllm: str) -> DetailView:
         rows = tuple(

@@ -29,6 +29,7 @@ from pathlib import Path
 from matrix.cells import Cell
 from matrix.errors import MatrixError
 from matrix.plan import CellPlan, Execution
+from matrix.progress import progress
 from matrix.variables import BENCH_PIN_VALUES, FLASHINFER_SAMPLER, PIN_MEMORY
 from repro.bench import client, profile, servers, stats
 
@@ -254,13 +255,19 @@ def run_bench(config: BenchConfig, say: Callable[[str], None] = print) -> BenchR
     try:
         # What the GPUs hold before any server of the bench: each stopped arm must give back to this.
         baseline = read_gpu() if read_gpu else 0
+        total = config.rounds * len(config.arms)
+        took: list[float] = []
         with servers.cancelled_by_signals() as cancel:
             for rnd in range(config.rounds):
                 for arm in config.arms:
                     cancel.check()
+                    began = time.monotonic()
                     _arm_round(config, run, arm, rnd, base_env, say, cancel)
                     if read_gpu:
                         run.rounds[-1].gpu_release = servers.wait_for_gpu_memory(read_gpu, baseline)
+                    took.append(time.monotonic() - began)
+                    elapsed, left = time.monotonic() - started, total - len(took)
+                    say(progress(len(took), total, elapsed, left, took, unit="arm rounds", verb="run"))
     except (servers.ServerError, servers.Cancelled) as e:
         run.failure = str(e)
         say(f"benchmark stopped: {e}")

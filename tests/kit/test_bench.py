@@ -37,8 +37,13 @@ def config(tmp_path: Path, cell: str = "cuda-wsl2new-v2-graph", **kw) -> BenchCo
 
 @pytest.mark.reads_host
 def test_arms_alternate_and_differ_only_in_the_opt_in_variable(tmp_path):
-    done = run_bench(config(tmp_path, profile=False), say=lambda _: None)
+    said: list[str] = []
+    done = run_bench(config(tmp_path, profile=False), say=said.append)
     assert not done.failure
+    # Each arm round ends with how far the run is and about how long is left.
+    steps = [line for line in said if " arm rounds in " in line]
+    assert [line.split(" in ")[0] for line in steps] == [f"{n} of 4 arm rounds" for n in (1, 2, 3, 4)], said
+    assert all("left (" in line for line in steps[:3]) and "left" not in steps[3], steps
     assert [(r.arm, r.round) for r in done.rounds] == [("pin=unset", 0), ("pin=1", 0), ("pin=unset", 1), ("pin=1", 1)]
     assert all(len(level.records) == 8 and not level.failed for r in done.rounds for level in r.levels.values())
     base = {"PATH": "/usr/bin", "VLLM_WSL2_ENABLE_PIN_MEMORY": "0", "OTHER": "kept"}

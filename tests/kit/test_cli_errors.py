@@ -144,7 +144,7 @@ def test_report_into_a_file_refuses_and_leaves_it_alone(tmp_path, under):
     existing.write_text("last week's table")
     out = existing / under if under else existing
     line = one_error_line(run_module("matrix", "report", "tests/corpus", "--out", str(out)))
-    assert f"--out {out}: a file is in the way" in line and "give a directory for the three outputs" in line
+    assert f"--out {out}: a file is in the way" in line and "give a directory for the four outputs" in line
     assert [p.name for p in tmp_path.iterdir()] == ["COMPATIBILITY.md"]
     assert existing.read_text() == "last week's table"
 

@@ -16,7 +16,8 @@ from conftest import ROOT
 
 from matrix import history_cache
 from matrix.groups import GROUP_TESTS
-from matrix.history_cache import KeyInputs, Outcome, key_files, key_inputs, progress, recheck_choice, run_history
+from matrix.history_cache import KeyInputs, Outcome, key_files, key_inputs, recheck_choice, run_history
+from matrix.progress import progress
 
 COMMANDS = ("env", "plan", "split")
 TESTS = GROUP_TESTS["gate"]

@@ -58,7 +58,7 @@ def test_the_report_prints_no_workflow_command_and_shows_hidden_characters(tmp_p
         assert all(command in printed for command in COMMANDS), printed  # shown, as text
         assert all(escape in printed for escape in UNSEEN.values())
     # Markdown writes the escape's backslash as an entity, so that it is not taken for markup.
-    for page, backslash in (("COMPATIBILITY.md", "&#92;"), ("index.html", "\\")):
+    for page, backslash in (("COMPATIBILITY.md", "&#92;"), ("index.html", "\\"), ("strips.svg", "\\")):
         text = (out / page).read_text()
         assert [ch for ch in UNSEEN if ch in text] == [], page
         assert all(escape.replace("\\", backslash) in text for escape in UNSEEN.values()), page

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from markupsafe import escape
@@ -186,3 +187,108 @@ def test_a_link_with_a_malformed_hash_leaves_the_page_working(tmp_path, chromium
     page.reload()  # the same document with another hash is not loaded again by itself
     expect(page.locator(f'section.release[data-release="{NEWER}"]')).to_be_visible()
     assert console == []
+
+
+def _rgb(css: str) -> tuple[int, int, int]:
+    """``rgb(r, g, b)`` as Chromium computes a colour."""
+    r, g, b = (int(x) for x in css[css.index("(") + 1 : css.index(")")].split(",")[:3])
+    return r, g, b
+
+
+def _hex(rgb: tuple[int, int, int]) -> str:
+    return "#{:02X}{:02X}{:02X}".format(*rgb)
+
+
+def _from_hex(colour: str) -> tuple[int, int, int]:
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return r, g, b
+
+
+def _lab(rgb: tuple[int, int, int]) -> tuple[float, float, float]:
+    """CIE L*a*b* (D65) of an sRGB colour."""
+
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(c / 255) for c in rgb)
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+def _distance(one: tuple[int, int, int], other: tuple[int, int, int]) -> float:
+    return sum((p - q) ** 2 for p, q in zip(_lab(one), _lab(other), strict=True)) ** 0.5
+
+
+# Every element's painted colours as Chromium computes them: its fill, and its left border where it has one.
+PAINTED = """() => Array.from(document.querySelectorAll('body *')).flatMap(el => {
+  const style = getComputedStyle(el), found = [];
+  if (style.backgroundColor !== 'rgba(0, 0, 0, 0)') found.push(['fill', style.backgroundColor]);
+  if (parseFloat(style.borderLeftWidth) >= 4) found.push(['border', style.borderLeftColor]);
+  return found.map(([how, colour]) => [how, colour, el.tagName.toLowerCase(), el.className.baseVal ?? el.className,
+    el.getAttribute('data-verdict') || (el.closest('[data-verdict]') || el).getAttribute('data-verdict') || '']);
+})"""
+
+
+@pytest.mark.browser
+def test_verdicts_and_statuses_wear_two_palettes_that_cannot_be_taken_for_each_other(tmp_path, chromium_page):
+    """A cell is filled with its verdict's colour, which the verdict legend shows; status colours appear only on
+    status lines (the filter, a cell's status inside it); no verdict colour is near any status colour."""
+    from matrix.report.view import LOOKS, STATUS_VERDICT_DISTANCE, VERDICT_LOOKS
+
+    page, console = chromium_page
+    index, said = page_of(tmp_path)
+    page.goto(index.as_uri())
+    painted = page.evaluate(PAINTED)
+    verdict_colours = {look.word: look.colour for look in VERDICT_LOOKS.values()}
+    status_colours = {look.colour for look in LOOKS.values()}
+
+    cells = [(colour, verdict) for how, colour, tag, cls, verdict in painted if tag == "td" and "cell" in cls.split()]
+    assert len(cells) == 2 * 24
+    assert {(_hex(_rgb(colour)), verdict) for colour, verdict in cells} == {
+        (verdict_colours[verdict], verdict) for _, verdict in cells
+    }
+    legend = {_hex(_rgb(c)) for how, c, tag, cls, _ in painted if tag == "li" and how == "border"}
+    assert legend == set(verdict_colours.values())  # the verdict legend shows every fill, and only those
+    in_status_colours = [(tag, cls) for how, c, tag, cls, _ in painted if _hex(_rgb(c)) in status_colours]
+    assert in_status_colours and all("status" in cls.split() for _, cls in in_status_colours), in_status_colours
+    nearest = min(_distance(_from_hex(v), _from_hex(s)) for v in verdict_colours.values() for s in status_colours)
+    assert nearest >= STATUS_VERDICT_DISTANCE, nearest
+
+    # At a glance each cell is one glyph and one word, its verdict's; the rest opens on click.
+    chosen = page.locator(f'section.release[data-release="{NEWER}"] td.cell[data-cell="{CHOSEN}"]')
+    verdict = said[(NEWER, CHOSEN)][1]
+    glyph = next(look.glyph for look in VERDICT_LOOKS.values() if look.word == verdict)
+    assert chosen.inner_text().strip() == f"{glyph} {verdict}"
+    chosen.locator("summary").click()
+    assert "status: " in chosen.inner_text() and said[(NEWER, CHOSEN)][0] in chosen.inner_text()
+    assert console == []
+
+
+def test_the_strips_show_each_questions_answer_per_cell_and_release_oldest_first(tmp_path):
+    """strips.svg (also inlined in the page): per question, 24 rows of cells, a column per release, each mark
+    filled with its verdict's colour and titled with the cell, the release and the answer."""
+    from matrix.report.view import QUESTION_NAMES, VERDICT_LOOKS, Question
+
+    report = two_releases(tmp_path)
+    svg = ElementTree.fromstring(render_html.render_strips(report))
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    strips = svg.findall("s:g[@class='strip']", ns)
+    assert [s.find("s:text", ns).text for s in strips] == [QUESTION_NAMES[q] for q in Question]
+    verdicts = {look.word: look.colour for look in VERDICT_LOOKS.values()}
+    said = answers(report)
+    for strip in strips:
+        labels = [t.text for t in strip.findall("s:text", ns)[1:]]
+        assert labels == [OLDER, NEWER]  # oldest first
+        marks = strip.findall(".//s:rect[@class='mark']", ns)
+        assert len(marks) == 24 * 2  # every cell has an answer in every release, "unknown" where it has no result
+        for mark in marks:
+            assert mark.get("fill") == verdicts[mark.get("data-verdict")]
+    engine = strips[0]
+    titles = [g.find("s:title", ns).text for g in engine.findall("s:g", ns)]
+    assert f"{CHOSEN}, vLLM {OLDER}: engine start {said[(OLDER, CHOSEN)][1]}" in " ".join(titles)

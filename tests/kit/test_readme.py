@@ -29,7 +29,8 @@ def test_the_readmes_examples_print_what_they_show():
     )
     if has_vllm.returncode == 0:
         pytest.skip("this machine's python3 has vLLM installed: the README's examples show one without")
-    done = readme_tool("--check")
+    # The slow ones (a whole nox session) are .ci/run's: `nox -s readme -- --check` there runs them all.
+    done = readme_tool("--check", "--quick")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -59,3 +60,18 @@ def test_a_readme_without_examples_or_with_a_failing_command_is_one_line(tmp_pat
     done = readme_tool(str(readme))
     assert done.returncode == 2 and done.stderr.startswith("error: `python3 -c 'raise SystemExit(3)'` exited 3")
     assert readme.read_text().endswith("```\n")
+
+
+def test_a_slow_example_shows_the_part_its_mark_names_and_quick_leaves_it_out(tmp_path):
+    readme = tmp_path / "README.md"
+    command = "python3 -c 'print(\"progress\\ncell  pass\\nc1    38\\n\\nafter\")'"
+    mark = '<!-- readme: run slow, from "cell " -->'
+    readme.write_text(f"{mark}\n```console\n$ {command}\ncell  pass\nc1    14\n```\n")
+    assert readme_tool("--check", "--quick", str(readme)).returncode == 0  # left out: nothing run
+    assert readme_tool("--check", str(readme)).returncode == 1
+    assert readme_tool(str(readme)).returncode == 0
+    # Only the table: from its header to the blank line, the progress before and the line after left out.
+    assert readme.read_text() == f"{mark}\n```console\n$ {command}\ncell  pass\nc1    38\n```\n"
+    readme.write_text(readme.read_text().replace('"cell "', '"table "'))
+    done = readme_tool("--check", str(readme))
+    assert done.returncode == 2 and "printed no line starting with 'table '" in done.stderr

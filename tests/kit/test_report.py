@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import shutil
 from pathlib import Path
+from xml.etree import ElementTree
 
 import jsonschema
 import pytest
@@ -150,7 +151,7 @@ def test_no_entity_is_expanded_and_no_local_file_is_read(tmp_path):
     out = tmp_path / "out"
     done = run_module("matrix", "report", str(hostile.parent), "--out", str(out))
     assert done.returncode == 0, done.stderr
-    for name in ("COMPATIBILITY.md", "index.html", "compat.json"):
+    for name in ("COMPATIBILITY.md", "index.html", "strips.svg", "compat.json"):
         text = (out / name).read_text()
         assert "TOP-SECRET-MARKER" not in text and "lollol" not in text
     assert len(json.loads((out / "compat.json").read_text())["inputs"]["unreadable"]) == 2
@@ -441,6 +442,10 @@ def test_hostile_strings_render_as_text(corpus_report):
     assert html.count("<script>") == 1  # the page's own filter
     markdown = render_md.render(corpus_report)
     assert "<script>" not in markdown and "<img" not in markdown
+    strips = render_html.render_strips(corpus_report)
+    tree = ElementTree.fromstring(strips)  # well-formed whatever the inputs named
+    assert {el.tag.split("}")[-1] for el in tree.iter()} <= {"svg", "title", "rect", "text", "g"}
+    assert "<script" not in strips
     detail = [line for line in markdown.splitlines() if "pipe" in line]
     assert detail and all(line.count("|") == 26 for line in detail)  # 24 cells + the name column: no extra pipe
 

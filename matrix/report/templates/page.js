@@ -70,14 +70,14 @@
     if (!chosen) {
       out.value = '';
       box.removeAttribute('data-verdict');
-      box.style.removeProperty('--c');
+      box.style.removeProperty('--v');
       box.querySelector('.sym').textContent = '';
       return;
     }
     chosen.setAttribute('aria-current', 'true');  // an attribute: the cell's classes stay the filter's
     out.value = chosen.querySelector('.answer').textContent;
     box.setAttribute('data-verdict', chosen.getAttribute('data-verdict'));
-    box.style.setProperty('--c', chosen.style.getPropertyValue('--c'));
+    box.style.setProperty('--v', chosen.style.getPropertyValue('--v'));
     box.querySelector('.sym').textContent = chosen.querySelector('.verdict .sym').textContent;
     // Show the chosen release, so the highlighted cell is on the page (unless all releases are).
     if (select && select.value !== 'all' && select.value !== release.value) {
