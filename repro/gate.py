@@ -16,6 +16,7 @@ import functools
 import importlib
 import logging
 import os
+import platform
 import sys
 import traceback
 import types
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 from matrix.cells import Cell, Host, Runner, Stack
 from matrix.host import reads
-from matrix.host.edges import KERNEL_EDGES, KernelEdge
+from matrix.host.edges import KERNEL_EDGES, READING_SAMPLES, KernelEdge
 from matrix.plan import CellPlan, Execution
 from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY, V2_MODEL_RUNNER
 from repro import emulation
@@ -242,6 +243,7 @@ class EdgeRequest:
     stack: Stack
     stub_gpu: bool  # no GPU of this stack here
     edges: tuple[KernelEdge, ...] = KERNEL_EDGES
+    samples: tuple[tuple[str, str], ...] = READING_SAMPLES  # (release, node) vLLM's reading is asked of
 
     @classmethod
     def for_cell(cls, cell: Cell, execution: Execution) -> EdgeRequest:
@@ -271,10 +273,31 @@ def _raised(probe: Callable[[], object]) -> object:
         return f"raises: {type(exc).__name__}"
 
 
+def _readings(platform_class: type, samples: Iterable[tuple[str, str]]) -> list[dict]:
+    """vLLM's own reading of each (release, node): ``in_wsl()`` and the stack's ``_get_wsl_kernel_version()``
+    (``absent`` in a release without that function), with every uname field as presented."""
+    interface = importlib.import_module("vllm.platforms.interface")
+    kernel_version = getattr(sys.modules[platform_class.__module__], "_get_wsl_kernel_version", None)
+    found = []
+    for release, node in samples:
+        emulation.present_uname(release, node)
+        _forget_vllm_caches()
+        version = _raised(kernel_version) if kernel_version else "absent"
+        found.append(
+            {
+                "uname": list(platform.uname()),
+                "in_wsl": _raised(interface.in_wsl),
+                "kernel": list(version) if isinstance(version, tuple) else version,
+            }
+        )
+    return found
+
+
 def decide_edges(request: EdgeRequest) -> dict:
     """In a fresh process: import vLLM once, then ask its gate under each edge and ``pin_env`` value.
 
-    Answers keyed by (edge name, pin_env), or ``import_error``.
+    Answers keyed by (edge name, pin_env), and vLLM's reading of every sample uname under ``readings``; or
+    ``import_error``.
     """
     if request.stub_gpu:
         emulation.stub_gpu(request.stack)
@@ -293,11 +316,16 @@ def decide_edges(request: EdgeRequest) -> dict:
         utils = _first_module("vllm.utils.platform_utils") or importlib.import_module("vllm.utils")
     except BaseException:  # noqa: BLE001 - reported by the edge tests, judged by the cell's import test
         return {"import_error": traceback.format_exc()}
-    answers: dict = {}
+    answers: dict = {"readings": _readings(platform, request.samples)}
+    distro = os.environ.get("WSL_DISTRO_NAME")
     for edge in request.edges:
         for pin_env in GATE_PIN_VALUES:
             emulation.present_uname(edge.release, edge.node)
             PIN_MEMORY.apply(os.environ, pin_env)
+            # WSL's variable as the edge has it; the others see the process's own (none, or an emulated host's).
+            os.environ.pop("WSL_DISTRO_NAME", None)
+            if edge.wsl_distro or distro is not None:
+                os.environ["WSL_DISTRO_NAME"] = "wslpin-edge" if edge.wsl_distro else str(distro)
             _forget_vllm_caches()
             capture.messages.clear()
             answer = {

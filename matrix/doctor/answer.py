@@ -12,7 +12,16 @@ from typing import Generic, TypeVar, Union
 
 from matrix.cells import Cell, Host, Mode, ModelClass, Runner, Stack
 from matrix.doctor.published import CellEntry, Kind, Published, Release, Version, parse_version, release_number
-from matrix.host.classify import HostFacts, classify_host, classify_stack, parse_kernel_version
+from matrix.host.classify import (
+    HostFacts,
+    classify_host,
+    classify_stack,
+    is_wsl1,
+    parse_kernel_version,
+    vllm_in_wsl,
+    vllm_kernel_version,
+    wsl_outside_uname,
+)
 from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER, Variable, vllm_reads
 
 T = TypeVar("T")
@@ -25,6 +34,19 @@ class Source(enum.Enum):
     MATRIX = "matrix"  # the published matrix: the release's default runner
     DEFAULT = "default"  # vLLM's own default
     ASSUMED = "assumed"  # nothing says: the doctor's guess
+
+
+class HostNote(enum.Enum):
+    """What the doctor says beside the host it answers for, which is vLLM's reading of the uname."""
+
+    NONE = "none"
+    # WSL2 by its uname, with a version a person reads (5.15.0rc1) that vLLM's int() does not: vLLM takes the
+    # old-kernel path and never reads the variable.
+    VERSION_UNREADABLE = "version-unreadable"
+    # WSL by its own signs (WSL_DISTRO_NAME, its interop file), but no "microsoft" in the uname: vLLM decides as
+    # on native Linux.
+    WSL_OUTSIDE_UNAME = "wsl-outside-uname"
+    WSL1 = "wsl1"  # no GPU reaches WSL1; vLLM reads its 4.4.0 kernel as an old WSL2 one
 
 
 @dataclass(frozen=True)
@@ -78,7 +100,8 @@ def _setting(variable: Variable, value: str | None, release: tuple[int, ...] | N
 class SetUp:
     kernel: Chosen[str]  # a uname release
     kernel_read: bool  # False: the machine's release is not one the doctor can read, and ``host`` is assumed
-    host: Host
+    host: Host  # as vLLM reads the uname
+    host_note: HostNote
     stack: Chosen[Stack]
     stack_reason: str  # how detection found the stack; empty for --stack
     installed_vllm: str | None
@@ -133,20 +156,33 @@ class RefusedError(Exception):
         self.refusal = refusal
 
 
+def _host_note(facts: HostFacts) -> HostNote:
+    """Where a reading of the uname that a person would make is not vLLM's, for a release the doctor reads."""
+    release = facts.uname.get("release", "")
+    if not vllm_in_wsl(facts.uname):
+        return HostNote.WSL_OUTSIDE_UNAME if wsl_outside_uname(facts) else HostNote.NONE
+    if is_wsl1(release):
+        return HostNote.WSL1
+    return HostNote.VERSION_UNREADABLE if vllm_kernel_version(release) is None else HostNote.NONE
+
+
 def set_up(facts: HostFacts, asked: Asked) -> SetUp:
     """The set-up: each flag given, else what ``facts`` say; refused for a --kernel that is no kernel release."""
     if asked.kernel is not None:
         if parse_kernel_version(asked.kernel) is None:
             raise RefusedError(UnreadableKernel(asked.kernel))
         # The release alone decides, as in vLLM: "microsoft" in it is WSL2, anything else native Linux.
-        kernel, host = Chosen(asked.kernel, Source.FLAG), classify_host(HostFacts(uname={"release": asked.kernel}))
+        uname = {"release": asked.kernel}
+        kernel, host = Chosen(asked.kernel, Source.FLAG), classify_host(HostFacts(uname=uname))
         kernel_read = True
+        note = _host_note(HostFacts(uname=uname))
     else:
         # A machine's release the doctor cannot read is answered for what classify_host makes of it, said so:
         # native Linux, or on WSL2 a kernel below the gate, as vLLM takes a WSL2 kernel it cannot parse.
         release = facts.uname.get("release", "")
         kernel, host = Chosen(release, Source.MACHINE), classify_host(facts)
         kernel_read = parse_kernel_version(release) is not None
+        note = _host_note(facts) if kernel_read else HostNote.NONE
     if asked.stack is not None:
         stack, reason = Chosen(asked.stack, Source.FLAG), ""
     else:
@@ -171,6 +207,7 @@ def set_up(facts: HostFacts, asked: Asked) -> SetUp:
         kernel=kernel,
         kernel_read=kernel_read,
         host=host,
+        host_note=note,
         stack=stack,
         stack_reason=reason,
         installed_vllm=installed,

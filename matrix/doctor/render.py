@@ -8,6 +8,7 @@ import re
 from matrix.cells import WSL2_PIN_KERNEL, Host, Mode, Runner
 from matrix.doctor.answer import (
     Answer,
+    HostNote,
     Match,
     NoStack,
     NotARelease,
@@ -42,6 +43,22 @@ HOST_WORDS = {
     Host.LINUX: "native Linux",
     Host.WSL2OLD: f"WSL2, kernel below {_GATE}",
     Host.WSL2NEW: f"WSL2, kernel {_GATE} or later",
+}
+# Under the kernel line: where vLLM's reading of the uname, which the doctor answers for, is not what a person reads.
+HOST_NOTES = {
+    HostNote.NONE: (),
+    HostNote.VERSION_UNREADABLE: (
+        f"vLLM cannot read this version (int() of each of its first three parts), so it takes the path of a kernel "
+        f"below {_GATE} and never reads {PIN_MEMORY.name}: answered as vLLM reads it",
+    ),
+    HostNote.WSL_OUTSIDE_UNAME: (
+        "WSL by its own signs (WSL_DISTRO_NAME or its interop), but vLLM reads only the uname, which does not say "
+        "microsoft: vLLM decides as on native Linux, and so does this answer",
+    ),
+    HostNote.WSL1: (
+        "no GPU reaches WSL1: convert the distribution with `wsl --set-version <distro> 2`; the answer below is "
+        "vLLM's reading, for a WSL2 machine",
+    ),
 }
 # A verdict's level in its row: only a run on the set-up's own host is a measurement.
 LEVEL_WORDS = {
@@ -81,10 +98,11 @@ def _how_known(a: Answer) -> str:
 
 def _kernel_words(a: Answer) -> str:
     s = a.setup
+    read = f"WSL1, which vLLM reads as {HOST_WORDS[s.host]}" if s.host_note is HostNote.WSL1 else HOST_WORDS[s.host]
     if s.kernel.source is Source.FLAG:
-        return f"{s.kernel.value}: {HOST_WORDS[s.host]} (--kernel)"
+        return f"{s.kernel.value}: {read} (--kernel)"
     if s.kernel_read:
-        return f"{s.kernel.value}: {HOST_WORDS[s.host]} (uname)"
+        return f"{s.kernel.value}: {read} (uname)"
     assumed = (
         f"WSL2 with a kernel below {_GATE}, as vLLM takes a WSL2 kernel it cannot parse"
         if s.host.is_wsl
@@ -202,6 +220,7 @@ def render_text(a: Answer) -> str:
     mode_from = "--mode" if s.mode.source is Source.FLAG else "vLLM's default; eager only with --enforce-eager"
     lines = [
         f"kernel     {_kernel_words(a)}",
+        *(f"           {line}" for line in HOST_NOTES[s.host_note]),
         f"GPU stack  {s.stack.value} ({stack_from})",
         f"vLLM       {f'{s.installed_vllm} installed' if s.installed_vllm else 'not installed'}",
         f"runner     {a.runner.value} ({_runner_words(a)})",
@@ -251,6 +270,7 @@ def render_json(a: Answer) -> str:
         "asked": {
             "kernel": s.kernel.value,
             "host": s.host.value,
+            "host_note": s.host_note.value,
             "stack": s.stack.value,
             "vllm": s.vllm.value if s.vllm else None,
             "installed_vllm": s.installed_vllm,

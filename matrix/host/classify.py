@@ -102,15 +102,46 @@ def parse_kernel_version(release: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in match.groups(default="0"))
 
 
+def vllm_in_wsl(uname: dict[str, str]) -> bool:
+    """WSL as vLLM's ``in_wsl`` decides it: "microsoft" in any field of the uname, whatever the case. It reads
+    nothing else: not WSL's variables, not its interop file."""
+    return "microsoft" in " ".join(str(v) for v in uname.values()).lower()
+
+
+def vllm_kernel_version(release: str) -> tuple[int, ...] | None:
+    """The kernel version as vLLM's ``_get_wsl_kernel_version`` reads it (CUDA from 0.24.0, ROCm from 0.28.0):
+    ``int()`` of each of the first three dot-separated parts before the first "-", None where one is no int.
+
+    So ``5.15.0rc1-…`` is None (vLLM then takes the old-kernel path), ``5.15-…`` is (5, 15), `` 5.15.1`` is
+    (5, 15, 1). The history asks every release's own function the same strings (``vllm_readings`` in the
+    kernel-edge tests): a release that reads one otherwise fails there.
+    """
+    try:
+        return tuple(int(part) for part in release.split("-")[0].split(".")[:3])
+    except ValueError:
+        return None
+
+
+def wsl_outside_uname(facts: HostFacts) -> bool:
+    """The machine says WSL where vLLM does not look: WSL's interop file or its distribution variable."""
+    return facts.wsl_interop or "WSL_DISTRO_NAME" in facts.environ
+
+
+def is_wsl1(release: str) -> bool:
+    """WSL1's kernel release (``4.4.0-19041-Microsoft``): Windows' own, capitalised, with no GPU at all."""
+    return release.endswith("-Microsoft")
+
+
 def is_wsl(facts: HostFacts) -> bool:
-    text = " ".join(str(v) for v in facts.uname.values()).lower()
-    return "microsoft" in text or facts.wsl_interop or "WSL_DISTRO_NAME" in facts.environ
+    """Whether the machine is WSL by any sign, vLLM's or not (the environment record's; cells follow vLLM's)."""
+    return vllm_in_wsl(facts.uname) or wsl_outside_uname(facts)
 
 
 def classify_host(facts: HostFacts) -> Host:
-    if not is_wsl(facts):
+    """The host as vLLM concludes it from the uname, the only thing it reads: a cell is what vLLM does."""
+    if not vllm_in_wsl(facts.uname):
         return Host.LINUX
-    kernel = parse_kernel_version(facts.uname.get("release", ""))
+    kernel = vllm_kernel_version(facts.uname.get("release", ""))
     if kernel is None or kernel < WSL2_PIN_KERNEL:
         return Host.WSL2OLD
     return Host.WSL2NEW
@@ -243,7 +274,7 @@ def environment_record(facts: HostFacts, pinned_allocation: dict | None = None) 
         },
         "wsl": {
             "is_wsl": is_wsl(facts),
-            "uname_says_microsoft": "microsoft" in " ".join(facts.uname.values()).lower(),
+            "uname_says_microsoft": vllm_in_wsl(facts.uname),
             "interop": facts.wsl_interop,
             "distro": facts.environ.get("WSL_DISTRO_NAME"),
             "wsl_exe_version": facts.wsl_exe_version,

@@ -23,10 +23,13 @@ class KernelEdge:
     name: str  # in case ids and the JUnit ``kernel_edge`` property
     release: str
     node: str = NODE
+    # WSL's own variable set, as on every WSL distribution: vLLM reads the uname only, so it changes nothing.
+    wsl_distro: bool = False
 
     @cached_property
     def host(self) -> Host:
-        return classify_host(HostFacts(uname={"node": self.node, "release": self.release}))
+        environ = {"WSL_DISTRO_NAME": "wslpin-edge"} if self.wsl_distro else {}
+        return classify_host(HostFacts(uname={"node": self.node, "release": self.release}, environ=environ))
 
 
 KERNEL_EDGES: tuple[KernelEdge, ...] = (
@@ -37,4 +40,36 @@ KERNEL_EDGES: tuple[KernelEdge, ...] = (
     KernelEdge("custom-wsl2+", "5.15.167.4-microsoft-standard-WSL2+"),  # a self-built kernel's suffix
     KernelEdge("node-name", "6.8.0-45-generic", node="MICROSOFT-PC"),  # "microsoft" only in the node name
     KernelEdge("azure", "5.15.0-1057-azure"),  # a Microsoft cloud VM that is not WSL
+    KernelEdge("rc", "5.15.0rc1-microsoft-standard-WSL2"),  # a pre-release: vLLM cannot int() "0rc1"
+    KernelEdge("two-part", "5.15-microsoft-standard-WSL2"),  # no patch number: vLLM compares (5, 15)
+    # WSL by its variable, with a kernel built without "microsoft" in its release: vLLM reads native Linux.
+    KernelEdge("wsl-variable-only", "6.6.87-custom", wsl_distro=True),
+)
+
+# Unames vLLM's own reading (in_wsl, _get_wsl_kernel_version) is asked of in every release, against the kit's
+# (vllm_in_wsl, vllm_kernel_version): every version form below with every suffix and node, so a release whose
+# parsing differs anywhere in that space fails the history, not a user's doctor.
+_VERSIONS = (
+    "4.19.121",
+    "4.19.120",
+    "4.19",
+    "4.20",
+    "5.15.167.4",
+    "6.6.87.2",
+    "4.4.0",
+    "10.0.0",
+    "5.15.0rc1",
+    "5.15.0+",
+    " 5.15.1",
+    "5_0.15.1",
+    "5.15.x",
+    "5",
+    "",
+    "٥.١٥.١",
+    "4.19.121.0.0",
+)
+_SUFFIXES = ("-microsoft-standard-WSL2", "-microsoft-standard", "-Microsoft", "-19041-Microsoft", "-generic", "")
+_NODES = (NODE, "MICROSOFT-PC")
+READING_SAMPLES: tuple[tuple[str, str], ...] = tuple(
+    (version + suffix, node) for version in _VERSIONS for suffix in _SUFFIXES for node in _NODES
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from matrix.host.classify import vllm_in_wsl, vllm_kernel_version
 from repro.gate import EdgeRequest
 
 
@@ -31,3 +32,28 @@ def test_gate_under_kernel_edge(expect, tag, edge_outcomes, plans, cell, kernel_
         answer[gate_key],
         f" under {kernel_edge.name} ({kernel_edge.release!r}, node {kernel_edge.node!r}){context}",
     )
+
+
+def test_vllm_reads_every_sample_uname_as_the_kit_does(tag, edge_outcomes, plans, cell, vllm_version):
+    """vLLM's in_wsl() and its stack's _get_wsl_kernel_version(), asked of every sample uname, against the kit's
+    vllm_in_wsl and vllm_kernel_version: the doctor answers from those, so they must be this release's."""
+    tag("kernel_edge", "readings")
+    if vllm_version is None:
+        pytest.fail("vLLM is not installed in this environment: run the cell through nox, which installs it")
+    outcome = edge_outcomes[EdgeRequest.for_cell(cell, plans[cell].execution)]
+    if not outcome.ok:
+        pytest.fail(f"no answer from vLLM under the kernel edges ({outcome.status}): {outcome.detail}\n{outcome.log}")
+    if "import_error" in outcome.value:
+        pytest.skip(f"vLLM did not import for the kernel edges: see test_vllm_imports\n{outcome.value['import_error']}")
+    differ = []
+    for reading in outcome.value["readings"]:
+        system, node, release, version, machine = reading["uname"][:5]
+        uname = {"system": system, "node": node, "release": release, "version": version, "machine": machine}
+        kit = {"in_wsl": vllm_in_wsl(uname), "kernel": vllm_kernel_version(release)}
+        kernel = reading["kernel"]
+        vllm = {"in_wsl": reading["in_wsl"], "kernel": tuple(kernel) if isinstance(kernel, list) else kernel}
+        if kernel == "absent":  # this release has no kernel gate for the stack: WSL alone decides
+            kit["kernel"] = "absent"
+        if kit != vllm:
+            differ.append(f"{release!r} (node {node!r}): vLLM {vllm}, the kit {kit}")
+    assert not differ, f"{len(differ)} uname(s) read otherwise than vLLM does: " + "; ".join(differ[:10])

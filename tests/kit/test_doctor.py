@@ -413,6 +413,37 @@ def test_the_doctor_says_what_it_cannot_read_and_how_each_answer_is_known(compat
     assert "about 9 GB" in text
 
 
+@pytest.mark.reads_host
+def test_the_host_is_vllms_reading_of_the_uname_and_where_a_person_would_read_it_otherwise_the_doctor_says_so(
+    compat, tmp_path
+):
+    """A pre-release's version vLLM cannot int(), WSL1, and WSL's own variable on a kernel without "microsoft":
+    each answered for the cell vLLM's reading gives, with a line saying how that differs."""
+    flags = ("--stack", "cuda", "--vllm", "0.33.0", "--runner", "v2", "--matrix", str(compat))
+    got = answered(doctor("--json", *flags, "--kernel", "5.15.0rc1-microsoft-standard-WSL2", env=_clean_env()))
+    assert (got["cell"], got["asked"]["host_note"]) == ("cuda-wsl2old-v2-graph", "version-unreadable")
+    text = _text(doctor(*flags, "--kernel", "5.15.0rc1-microsoft-standard-WSL2", env=_clean_env()))
+    assert "kernel     5.15.0rc1-microsoft-standard-WSL2: WSL2, kernel below 4.19.121 (--kernel)\n" in text
+    assert "\n           vLLM cannot read this version (int() of each of its first three parts)" in text
+    text = _text(doctor(*flags, "--kernel", "4.4.0-19041-Microsoft", env=_clean_env()))
+    assert "4.4.0-19041-Microsoft: WSL1, which vLLM reads as WSL2, kernel below 4.19.121 (--kernel)" in text
+    assert "no GPU reaches WSL1: convert the distribution with `wsl --set-version <distro> 2`" in text
+    # This machine with a custom kernel's uname and WSL's variable: vLLM reads the uname, so native Linux.
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import platform\n"
+        "real = platform.uname()\n"
+        "fake = platform.uname_result(real.system, 'box', '6.6.87-custom', real.version, real.machine)\n"
+        "platform.uname = lambda: fake\n"
+    )
+    machine = {k: v for k, v in _clean_env(PYTHONPATH=str(hook)).items() if k != "WSLPIN_PRESENT_HOST"}
+    got = answered(doctor("--json", *flags, env={**machine, "WSL_DISTRO_NAME": "Ubuntu"}))
+    assert (got["cell"], got["asked"]["host_note"]) == ("cuda-linux-v2-graph", "wsl-outside-uname")
+    text = _text(doctor(*flags, env={**machine, "WSL_DISTRO_NAME": "Ubuntu"}))
+    assert "kernel     6.6.87-custom: native Linux (uname)\n           WSL by its own signs" in text
+
+
 def test_run_from_docs_it_says_to_run_it_from_the_kits_root():
     # docs/matrix/ (the published table) would be `-m matrix` there: a namespace package, no __main__.
     # Without the kit on PYTHONPATH, as a person runs it (a start-up hook there would import the kit first).

@@ -17,6 +17,7 @@ from matrix.host.classify import (
     environment_record,
     parse_kernel_version,
     redact,
+    vllm_kernel_version,
 )
 from matrix.host.facts import collect_facts
 from matrix.plan import plan_cell
@@ -50,14 +51,40 @@ def test_kernel_versions(release, version):
         (wsl("5.15.167.4-microsoft-standard-WSL2"), Host.WSL2NEW),
         (wsl("4.19.121-microsoft-standard"), Host.WSL2NEW),  # the first kernel with pinned memory
         (wsl("4.19.104-microsoft-standard"), Host.WSL2OLD),
-        # A custom WSL2 kernel without "microsoft" in uname is still WSL by its interop and distro.
-        (wsl("6.1.0-custom", wsl_interop=True), Host.WSL2NEW),
-        (wsl("6.1.0-custom", environ={"WSL_DISTRO_NAME": "Ubuntu"}), Host.WSL2NEW),
+        # A custom WSL2 kernel without "microsoft" in its uname: vLLM reads the uname alone, so native Linux.
+        (wsl("6.1.0-custom", wsl_interop=True), Host.LINUX),
+        (wsl("6.1.0-custom", environ={"WSL_DISTRO_NAME": "Ubuntu"}), Host.LINUX),
         (wsl("custom-kernel-microsoft"), Host.WSL2OLD),  # unparsable: treated as too old, like vLLM does
+        # A pre-release's version: vLLM cannot int() "0rc1" and takes the old-kernel path.
+        (wsl("5.15.0rc1-microsoft-standard-WSL2"), Host.WSL2OLD),
+        (wsl("5.15-microsoft-standard-WSL2"), Host.WSL2NEW),  # (5, 15) is past (4, 19, 121)
+        (wsl("4.4.0-19041-Microsoft"), Host.WSL2OLD),  # WSL1, as vLLM reads it
     ],
 )
-def test_host_classification(facts, host):
+def test_host_classification_is_vllms_reading_of_the_uname(facts, host):
     assert detect(facts).host is host
+
+
+def test_the_machine_is_still_recorded_as_wsl_where_only_wsls_own_signs_say_so():
+    facts = wsl("6.1.0-custom", wsl_interop=True, environ={"WSL_DISTRO_NAME": "Ubuntu"})
+    record = environment_record(facts)
+    assert record["wsl"]["is_wsl"] and not record["wsl"]["uname_says_microsoft"]
+    assert record["host"]["detected"] == "linux"
+
+
+@pytest.mark.parametrize(
+    "release, version",
+    [
+        ("5.15.167.4-microsoft-standard-WSL2", (5, 15, 167)),
+        ("5.15.0rc1-microsoft-standard-WSL2", None),
+        ("5.15-microsoft-standard-WSL2", (5, 15)),
+        (" 5.15.1-microsoft-standard-WSL2", (5, 15, 1)),
+        ("4.4.0-19041-Microsoft", (4, 4, 0)),
+        ("", None),
+    ],
+)
+def test_the_kernel_version_as_vllm_reads_it(release, version):
+    assert vllm_kernel_version(release) == version
 
 
 def test_gpu_stack_from_device_evidence():

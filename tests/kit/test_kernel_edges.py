@@ -29,6 +29,9 @@ def test_the_kit_classifies_the_edges_as_vllm_gates_them():
         "custom-wsl2+": Host.WSL2NEW,
         "node-name": Host.WSL2NEW,  # "microsoft" anywhere in uname is WSL, to vLLM and to the kit
         "azure": Host.LINUX,
+        "rc": Host.WSL2OLD,  # vLLM cannot int() "0rc1": the old-kernel path
+        "two-part": Host.WSL2NEW,  # (5, 15) is past (4, 19, 121)
+        "wsl-variable-only": Host.LINUX,  # vLLM reads the uname, not WSL's variable
     }
 
 
