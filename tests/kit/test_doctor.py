@@ -67,6 +67,19 @@ def emulated(host: Host, **extra: str) -> dict[str, str]:
     )
 
 
+def _machine_with_uname(tmp_path: Path, node: str, release: str) -> dict[str, str]:
+    """An environment in which Python's uname has this node and release (the other fields this machine's)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import platform\n"
+        "real = platform.uname()\n"
+        f"fake = platform.uname_result(real.system, {node!r}, {release!r}, real.version, real.machine)\n"
+        "platform.uname = lambda: fake\n"
+    )
+    return {k: v for k, v in _clean_env(PYTHONPATH=str(hook)).items() if k != "WSLPIN_PRESENT_HOST"}
+
+
 def doctor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "matrix", "doctor", *args],
@@ -364,15 +377,7 @@ def test_the_doctor_says_what_it_cannot_read_and_how_each_answer_is_known(compat
         f"--kernel 'banana' is not a kernel release: give a `uname -r` such as {Host.WSL2NEW.emulated_release}" in line
     )
     # This machine's unusual release is answered for what is assumed, said so.
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import platform\n"
-        "real = platform.uname()\n"
-        "fake = platform.uname_result(real.system, 'wsl', 'custom-microsoft-build', real.version, real.machine)\n"
-        "platform.uname = lambda: fake\n"
-    )
-    machine = {k: v for k, v in _clean_env(PYTHONPATH=str(hook)).items() if k != "WSLPIN_PRESENT_HOST"}
+    machine = _machine_with_uname(tmp_path, "wsl", "custom-microsoft-build")
     text = _text(doctor("--stack", "cuda", "--vllm", "0.33.0", "--matrix", str(compat), env=machine))
     assert "kernel     'custom-microsoft-build' (uname) is not a kernel release the doctor can read: " in text
     assert "assumed WSL2 with a kernel below 4.19.121" in text and "cell       cuda-wsl2old-" in text
@@ -429,15 +434,7 @@ def test_the_host_is_vllms_reading_of_the_uname_and_where_a_person_would_read_it
     assert "4.4.0-19041-Microsoft: WSL1, which vLLM reads as WSL2, kernel below 4.19.121 (--kernel)" in text
     assert "no GPU reaches WSL1: convert the distribution with `wsl --set-version <distro> 2`" in text
     # This machine with a custom kernel's uname and WSL's variable: vLLM reads the uname, so native Linux.
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import platform\n"
-        "real = platform.uname()\n"
-        "fake = platform.uname_result(real.system, 'box', '6.6.87-custom', real.version, real.machine)\n"
-        "platform.uname = lambda: fake\n"
-    )
-    machine = {k: v for k, v in _clean_env(PYTHONPATH=str(hook)).items() if k != "WSLPIN_PRESENT_HOST"}
+    machine = _machine_with_uname(tmp_path, "box", "6.6.87-custom")
     got = answered(doctor("--json", *flags, env={**machine, "WSL_DISTRO_NAME": "Ubuntu"}))
     assert (got["cell"], got["asked"]["host_note"]) == ("cuda-linux-v2-graph", "wsl-outside-uname")
     text = _text(doctor(*flags, env={**machine, "WSL_DISTRO_NAME": "Ubuntu"}))
