@@ -198,6 +198,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from matrix.report.claims import load_claims
     from matrix.report.json_input import NOX_REPORT, PREVIOUS, JsonKind, read_json_input
     from matrix.report.model import build_report
+    from matrix.report.outputs import write_outputs
     from matrix.report.reading import InputError
 
     def load(path: str | None, kind: JsonKind) -> dict | None:
@@ -223,16 +224,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as exc:
-        raise MatrixError(
-            f"--out {out}: a file is in the way ({exc.strerror}): give a directory for the four outputs"
-        ) from None
-    (out / "COMPATIBILITY.md").write_text(render_md.render(report))
-    render_html.write(report, out / "index.html")
-    (out / "strips.svg").write_text(render_html.render_strips(report))
-    render_json.write(report, out / "compat.json")
+    write_outputs(
+        out,
+        {
+            "COMPATIBILITY.md": [render_md.render(report)],
+            "index.html": render_html.chunks(report),
+            "strips.svg": [render_html.render_strips(report)],
+            "compat.json": render_json.chunks(report),
+        },
+    )
     print(render_text.render(report, colour=sys.stdout.isatty()))
     inputs = report.inputs
     print(

@@ -64,11 +64,6 @@ def render(report: Report) -> str:
     return "".join(chunks(report))
 
 
-def write(report: Report, path: Path) -> None:
-    with path.open("w") as f:
-        f.writelines(chunks(report))
-
-
 def render_strips(report: Report) -> str:
     """strips.svg: each question's answer per cell across releases, the picture the page also shows."""
     return _TEMPLATES.get_template("strips.svg.j2").render(strips=build_view(report).strips, standalone=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -120,20 +121,24 @@ def _default_runners(report: Report, vllm: str) -> dict:
     return {"default_runner": runners[ModelClass.DENSE.value], "default_runners": runners}
 
 
-def write(report: Report, path: Path) -> None:
-    """``to_document`` written a record at a time: a large report never exists twice in memory."""
+def chunks(report: Report) -> Iterator[str]:
+    """``to_document`` a record at a time: a large report never exists twice in memory."""
     document = to_document(report, cells=False)
     del document["versions"], document["contradictions"]
-    head = json.dumps(document, ensure_ascii=False)[:-1]
-    with path.open("w") as f:
-        f.write(head + ', "versions": [')
-        for i, (vllm, cells) in enumerate(report.versions.items()):
-            runners = json.dumps(_default_runners(report, vllm))[1:-1]
-            f.write(("," if i else "") + f'\n{{"vllm": {json.dumps(vllm)}, {runners}, "cells": [')
-            for j, cell in enumerate(cells):
-                f.write(("," if j else "") + "\n" + json.dumps(_cell(report, cell), ensure_ascii=False))
-            f.write("]}")
-        f.write('], "contradictions": [')
-        for i, contradiction in enumerate(report.contradictions):
-            f.write(("," if i else "") + "\n" + json.dumps(_flat(contradiction), ensure_ascii=False))
-        f.write("]}\n")
+    yield json.dumps(document, ensure_ascii=False)[:-1] + ', "versions": ['
+    for i, (vllm, cells) in enumerate(report.versions.items()):
+        runners = json.dumps(_default_runners(report, vllm))[1:-1]
+        yield ("," if i else "") + f'\n{{"vllm": {json.dumps(vllm)}, {runners}, "cells": ['
+        for j, cell in enumerate(cells):
+            yield ("," if j else "") + "\n" + json.dumps(_cell(report, cell), ensure_ascii=False)
+        yield "]}"
+    yield '], "contradictions": ['
+    for i, contradiction in enumerate(report.contradictions):
+        yield ("," if i else "") + "\n" + json.dumps(_flat(contradiction), ensure_ascii=False)
+    yield "]}\n"
+
+
+def write(report: Report, path: Path) -> None:
+    """compat.json at ``path`` alone (the report command writes it with the others, whole: ``outputs``)."""
+    with path.open("w", encoding="utf-8") as f:
+        f.writelines(chunks(report))
