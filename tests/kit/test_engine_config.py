@@ -90,57 +90,42 @@ def test_a_model_vllm_cannot_read_fails_the_config_with_vllms_reason(tmp_path):
         assert cases[cell, "test_tokenizer_loads"].is_passed
 
 
-def test_each_cells_answer_is_kept_on_its_own_for_the_next_test_that_asks_in_another_grouping(tmp_path, monkeypatch):
-    """The kit's tests keep vLLM's answers (repro/answers.py); a config is kept per cell, not per child, because
-    each test asks for other cells together. Asked again, alone or beside the cell it came with, no child starts."""
+def test_answers_are_kept_per_cell_and_the_models_architecture_is_inspected_once(tmp_path, monkeypatch):
+    """The kit's tests keep vLLM's answers (repro/answers.py). A config is kept per cell, not per child, because
+    each test asks for other cells together: asked again, alone or beside the cell it came with, no child starts.
+    And vLLM inspects the model in an interpreter of its own (~20 s), caching what it found under its cache root;
+    where answers are kept, that root is kept with them, as a user's is between runs, so a later evaluation of
+    other cells reads vLLM's entry instead of inspecting again. One fresh evaluation serves both: each is ~20 s."""
     from matrix.cells import select
     from matrix.plan import Plan
     from repro import engine_config
     from repro.answers import CACHE_VARIABLE
 
     pair = "cuda-wsl2new-v2-graph,cuda-wsl2new-v1-eager"  # one stack and host: one child builds both
-    require_gate_only(pair)
+    then = "rocm-wsl2old-v1-eager"  # another stack and host: another child
+    require_gate_only(f"{pair},{then}")
     monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "answers"))
     model, moe = tiny_model(tmp_path / "models"), tiny_moe(tmp_path / "models")
     both = engine_config.requests_for(Plan.detected(select(pair)).cells, model, moe)
     assert [len(request.runs) for request in both] == [2]
     first = engine_config.evaluate(both)
     assert all(outcome.ok and "settings" in outcome.value["config"] for outcome in first.values()), first
+    entries = sorted((tmp_path / "answers").rglob("modelinfos/**/*.json"))
+    assert len(entries) == 2, entries  # the dense model's and the MoE model's architectures
 
     def no_child(*args, **kwargs):
         raise AssertionError("a child started for an answer already kept")
 
-    monkeypatch.setattr(engine_config, "run_isolated", no_child)
-    (alone,) = engine_config.requests_for(Plan.detected(select("cuda-wsl2new-v1-eager")).cells, model, moe)
-    assert engine_config.evaluate([alone]) == {cell: first[cell] for cell in select("cuda-wsl2new-v1-eager")}
-    assert engine_config.evaluate(both) == first
-
-
-def test_the_models_architecture_is_inspected_once_where_answers_are_kept(tmp_path, monkeypatch):
-    """vLLM inspects the model in an interpreter of its own (~20 s) and caches what it found under its cache
-    root; where the kit's tests keep answers, that root is kept with them, as a user's is between runs, so a
-    later evaluation of other cells reads vLLM's entry instead of inspecting again."""
-    from matrix.cells import select
-    from matrix.plan import Plan
-    from repro import engine_config
-    from repro.answers import CACHE_VARIABLE
-
-    first, then = "cuda-wsl2new-v2-graph", "rocm-wsl2old-v1-eager"  # another stack and host: another child
-    require_gate_only(f"{first},{then}")
-    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "answers"))
-    model, moe = tiny_model(tmp_path / "models"), tiny_moe(tmp_path / "models")
-
-    def answer(cell: str) -> None:
-        outcomes = engine_config.evaluate(engine_config.requests_for(Plan.detected(select(cell)).cells, model, moe))
-        assert all(outcome.ok and "settings" in outcome.value["config"] for outcome in outcomes.values()), outcomes
-
-    answer(first)
-    entries = sorted((tmp_path / "answers").rglob("modelinfos/**/*.json"))
-    assert len(entries) == 2, entries  # the dense model's and the MoE model's architectures
+    with monkeypatch.context() as patched:
+        patched.setattr(engine_config, "run_isolated", no_child)
+        (alone,) = engine_config.requests_for(Plan.detected(select("cuda-wsl2new-v1-eager")).cells, model, moe)
+        assert engine_config.evaluate([alone]) == {cell: first[cell] for cell in select("cuda-wsl2new-v1-eager")}
+        assert engine_config.evaluate(both) == first
 
     def written() -> list[tuple[int, bytes]]:
         return [(entry.stat().st_mtime_ns, entry.read_bytes()) for entry in entries]
 
     before = written()
-    answer(then)
+    outcomes = engine_config.evaluate(engine_config.requests_for(Plan.detected(select(then)).cells, model, moe))
+    assert all(outcome.ok and "settings" in outcome.value["config"] for outcome in outcomes.values()), outcomes
     assert written() == before, "vLLM inspected a model again"
