@@ -375,6 +375,7 @@ def _history(session: nox.Session) -> None:
             executions=[(p.cell.id, p.execution.value) for p in Plan.detected(CELLS).cells],
             recipe=recipe + repr(GROUP_TESTS["gate"]),
             files=files,
+            commands=HISTORY_COMMANDS,
         )
         for version in versions
     ]

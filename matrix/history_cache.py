@@ -197,8 +197,10 @@ def key_inputs(
     executions: Iterable[tuple[str, str]],
     recipe: str,
     files: Iterable[str],
+    commands: Iterable[str],
 ) -> KeyInputs:
-    """The inputs of ``version``'s history results on this machine (``files``: from ``key_files``)."""
+    """The inputs of ``version``'s history results on this machine (``files`` and ``commands``: ``key_files``')."""
+    run = frozenset(f"cmd_{c}" for c in commands)
     return KeyInputs(
         version=version,
         lock_sha256=_sha256(lock.encode()),
@@ -206,8 +208,23 @@ def key_inputs(
         python=python,
         executions=tuple(executions),
         recipe_sha256=_sha256(recipe.encode()),
-        files=tuple((name, _sha256((root / name).read_bytes())) for name in files),
+        files=tuple((name, _digest(root, name, run)) for name in files),
     )
+
+
+def _digest(root: Path, name: str, run: frozenset[str]) -> str:
+    """A key file's hash: its bytes; of ``matrix/__main__.py``, its code without the commands a history run does
+    not run (``cmd_report``…), as parsed, so a change to another command or a comment reuses the cache."""
+    data = (root / name).read_bytes()
+    if name != MATRIX_MAIN:
+        return _sha256(data)
+    tree = ast.parse(data, filename=name)
+    kept = [
+        node
+        for node in tree.body
+        if not (isinstance(node, ast.FunctionDef) and node.name.startswith("cmd_") and node.name not in run)
+    ]
+    return _sha256("\n".join(ast.dump(node) for node in kept).encode())
 
 
 def cache_dir(environ: Mapping[str, str]) -> Path:

@@ -10,6 +10,7 @@ parser's reason). Counts in the files are never trusted; cases are counted.
 
 from __future__ import annotations
 
+import datetime as dt
 import glob
 import os
 import sys
@@ -48,6 +49,9 @@ class ReadCase:
     # One attempt: a tuple, shared by the cases that share it; a rerun makes it a list that grows in place.
     attempts: tuple[Attempt, ...] | list[Attempt]
     properties: Mapping[str, str]  # shared between cases that state the same properties: never changed in place
+    run: tuple[int, float, str]  # the latest run it is from, in the order of runs (``run_order``)
+    # Attempts from index ``latest`` on are the latest run's and judge the case; those before, earlier runs'.
+    latest: int = 0
 
 
 @dataclass(slots=True)
@@ -221,6 +225,19 @@ def _suites(root: Element) -> tuple[list[_Suite], int]:
     return [s for s in suites if s.cases or not s.nested], stray
 
 
+def run_order(started_at: str) -> tuple[int, float, str]:
+    """Where a run stands among the runs of a cell, by when it started: a later run's result for a test supersedes
+    an earlier's (a regression is not "flaky" because an older run passed). A start time that cannot be read
+    comes before every readable one, so it never hides a run whose time is known."""
+    try:
+        started = dt.datetime.fromisoformat(started_at)
+    except (TypeError, ValueError):
+        return (0, 0.0, started_at or "")
+    if started.tzinfo is None:
+        started = started.replace(tzinfo=dt.UTC)
+    return (1, started.timestamp(), "")
+
+
 def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
     children, props, suite_name = suite.cases, suite.props, suite.name
     into.testcases_read += len(children)
@@ -238,6 +255,7 @@ def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
         into.suspect.append(suspect)
         return
     execution = envelope.execution.value if envelope.execution else ""
+    run = run_order(envelope.started_at)
     key = (envelope.vllm_version or "unknown", envelope.cell.id, execution)
     group = into.groups.setdefault(key, CellGroup())
     group.envelopes.append(envelope)
@@ -253,12 +271,20 @@ def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
         case_key = (sys.intern(child.get("classname", "")), name)
         record = group.cases.get(case_key)
         if record is None:
-            group.cases[case_key] = ReadCase(case_key[0], name, attempts, into.share(properties(child)))
-        else:  # a rerun, or the same test from another runner: one case, its attempts kept
+            group.cases[case_key] = ReadCase(case_key[0], name, attempts, into.share(properties(child)), run)
+        elif record.run == run:  # a rerun within one run: one case, its attempts kept (flaky where they differ)
             if isinstance(record.attempts, tuple):
                 record.attempts = list(record.attempts)
             record.attempts.extend(attempts)
             record.properties = into.share({**record.properties, **properties(child)})
+        elif record.run < run:  # a later run: it judges the case; the earlier runs' attempts are kept before it
+            record.attempts = [*record.attempts, *attempts]
+            record.latest = len(record.attempts) - len(attempts)
+            record.run = run
+            record.properties = into.share(properties(child))
+        else:  # an earlier run, read after a later one: kept, not judged
+            record.attempts = [*record.attempts[: record.latest], *attempts, *record.attempts[record.latest :]]
+            record.latest += len(attempts)
 
 
 def read_inputs(inputs: list[str], claims: Claims | None = None) -> Inputs:

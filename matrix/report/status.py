@@ -60,10 +60,11 @@ class CaseRecord:
     expected: str | None = None
     rule: str | None = None
     issue: str | None = None
+    earlier: int = 0  # the first attempts, from earlier runs of the cell: kept, not judged
 
     @property
     def message(self) -> str:
-        return next((a.message for a in self.attempts if a.outcome != PASSED and a.message), "")
+        return next((a.message for a in self.attempts[self.earlier :] if a.outcome != PASSED and a.message), "")
 
 
 @dataclass
@@ -175,7 +176,8 @@ def resolver(rules: list[Rule], cell: Cell, vllm: str) -> Resolver:
 def judge_case(case: ReadCase, expected_for: Resolver) -> CaseRecord:
     """The case's status: gate cases by the current rule for what vLLM decided, others by their JUnit outcome."""
     attempts = tuple(case.attempts)
-    judged = CaseRecord(case.classname, case.name, attempts, case.properties, _by_outcome(attempts))
+    status = _by_outcome(attempts[case.latest :])
+    judged = CaseRecord(case.classname, case.name, attempts, case.properties, status, earlier=case.latest)
     if judged.status is Status.FLAKY:
         return judged
     properties = case.properties
@@ -199,6 +201,7 @@ def judge_case(case: ReadCase, expected_for: Resolver) -> CaseRecord:
         str(expected.value),
         expected.rule.id,
         expected.known_issue,
+        case.latest,
     )
 
 

@@ -33,6 +33,7 @@ def inputs_of(root: Path, version: str = "0.33.0", lock: str = "torch==2.13.0\n"
         executions=[("cuda-linux-v1-graph", "gate-only")],
         recipe="def _test_cells(): ...",
         files=key_files(root, TESTS, COMMANDS),
+        commands=COMMANDS,
     )
 
 
@@ -83,6 +84,29 @@ def test_a_file_the_run_never_touches_leaves_the_key(kit, unrelated):
     before = inputs_of(kit).key
     with appended(kit / unrelated):
         assert inputs_of(kit).key == before
+
+
+def test_of_the_matrix_entry_point_only_the_code_a_run_executes_is_in_the_key(kit):
+    """A change to a command the history never runs (the report's), or a comment, leaves the key; a change to a
+    command it runs (plan's), or to the parser they share, changes it."""
+    main = kit / "matrix" / "__main__.py"
+    source = main.read_text()
+    before = inputs_of(kit).key
+
+    def key_with(text: str) -> str:
+        assert text != source
+        main.write_text(text)
+        try:
+            return inputs_of(kit).key
+        finally:
+            main.write_text(source)
+
+    report = "def cmd_report(args: argparse.Namespace) -> int:\n"
+    plan = "def cmd_plan(args: argparse.Namespace) -> int:\n"
+    assert key_with(source.replace(report, report + "    print()\n")) == before
+    assert key_with(source.replace("\ndef cmd_plan(", "\n# a comment\ndef cmd_plan(")) == before
+    assert key_with(source.replace(plan, plan + "    print()\n")) != before
+    assert key_with(source.replace('help="print the terminal table', 'help="print the table')) != before
 
 
 def test_the_release_and_the_lock_are_in_the_key(kit):

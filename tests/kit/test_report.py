@@ -131,6 +131,34 @@ def test_a_release_no_version_can_order_is_reported_beside_the_others(tmp_path, 
     assert by_id(report)["rocm-wsl2new-v1-eager"].status is Status.KNOWN_FAIL  # 0.33.0 still judged by its rules
 
 
+@pytest.mark.parametrize("later_read_first", [False, True])
+def test_a_later_run_that_fails_is_a_regression_not_flaky_and_the_earlier_run_is_kept(tmp_path, later_read_first):
+    """An earlier passing gate run and a later cell run of the same cell and release where vLLM decided
+    otherwise: the later run judges the case, whichever file is read first; the earlier attempt stays listed."""
+    cell = "cuda-linux-v1-graph"
+    (tmp_path / "gate").mkdir()
+    (tmp_path / "cell").mkdir()
+    earlier = write_suite(
+        tmp_path / "gate" / f"{cell}.xml",
+        cell,
+        [gate_case("pin", "pin", "unset", "True")],
+        started="2026-11-28T10:00:00+00:00",
+    )
+    later = write_suite(
+        tmp_path / "cell" / f"{cell}.xml",
+        cell,
+        [gate_case("pin", "pin", "unset", "False", "<failure message='pin is False'/>")],
+        started="2026-11-29T09:00:00-02:00",
+    )
+    report = report_of(*((later, earlier) if later_read_first else (earlier, later)))
+    found = by_id(report)[cell]
+    (case,) = [c for c in found.cases if c.name == "pin"]
+    assert (case.status, found.status) == (Status.REGRESSION, Status.REGRESSION)
+    assert [a.outcome for a in case.attempts] == ["passed", "failed"] and case.earlier == 1
+    assert case.message == "pin is False" and found.observed("pin", "unset") == "False"
+    assert found.envelope.started_at == "2026-11-29T09:00:00-02:00"
+
+
 def test_reruns_are_one_case_with_their_attempts_kept_as_flaky_evidence(corpus_report):
     (case,) = by_id(corpus_report)["cuda-linux-v2-eager"].cases
     assert case.status is Status.FLAKY
