@@ -261,7 +261,7 @@ def test_compat_json_markdown_and_the_page_lead_with_the_verdicts(tmp_path):
         "⚑ **needs-opt-in**: set <code>VLLM&#95;WSL2&#95;ENABLE&#95;PIN&#95;MEMORY=1</code>"
     )
     page = render_html.render(report)
-    assert 'data-verdict="needs-opt-in" data-cell="cuda-wsl2new-v2-graph" style="--c:#56B4E9"' in page
+    assert 'data-verdict="needs-opt-in" data-cell="cuda-wsl2new-v2-graph" style="--v:#BBCCEE"' in page
 
 
 def test_a_bad_verdict_rule_is_refused_in_one_line(tmp_path):
