@@ -117,17 +117,13 @@ def many_reruns(path: Path, reruns: int) -> Path:
 
 
 def time_report(path: Path, out: Path) -> float:
-    """Seconds to read and judge ``path`` and write all four outputs, in this process."""
-    from matrix.report import render_html, render_json, render_md
+    """Seconds to read and judge ``path`` and write all four outputs as the report command does, in this process."""
     from matrix.report.model import build_report
+    from matrix.report.outputs import report_outputs, write_outputs
 
-    out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     report = build_report([str(path)], kit_commit="bench")
-    render_json.write(report, out / "compat.json")
-    (out / "COMPATIBILITY.md").write_text(render_md.render(report))
-    (out / "index.html").write_text(render_html.render(report))
-    (out / "strips.svg").write_text(render_html.render_strips(report))
+    write_outputs(out, report_outputs(report))
     return time.perf_counter() - start
 
 

@@ -194,11 +194,11 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from matrix.report import render_html, render_json, render_md, render_text
+    from matrix.report import render_text
     from matrix.report.claims import load_claims
     from matrix.report.json_input import NOX_REPORT, PREVIOUS, JsonKind, read_json_input
     from matrix.report.model import build_report
-    from matrix.report.outputs import write_outputs
+    from matrix.report.outputs import report_outputs, write_outputs
     from matrix.report.reading import InputError
 
     def load(path: str | None, kind: JsonKind) -> dict | None:
@@ -224,22 +224,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     out = Path(args.out)
-    write_outputs(
-        out,
-        {
-            "COMPATIBILITY.md": [render_md.render(report)],
-            "index.html": render_html.chunks(report),
-            "strips.svg": [render_html.render_strips(report)],
-            "compat.json": render_json.chunks(report),
-        },
-    )
+    outputs = report_outputs(report)
+    write_outputs(out, outputs)
     print(render_text.render(report, colour=sys.stdout.isatty()))
     inputs = report.inputs
     print(
         f"read {len(inputs.files)} file(s), {inputs.testcases_read} test case(s); "
         f"unattributed {len(inputs.unattributed)}, unreadable {len(inputs.unreadable)}"
     )
-    print(visible(f"wrote {out}/COMPATIBILITY.md, {out}/index.html, {out}/strips.svg, {out}/compat.json"))
+    print(visible("wrote " + ", ".join(f"{out}/{name}" for name in outputs)))
     bad = report.bad_cells
     if bad:
         names = ", ".join(f"{c.cell.id} ({c.status.value}, vLLM {visible(c.vllm)})" for c in bad[:10])

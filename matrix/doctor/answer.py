@@ -172,10 +172,10 @@ def set_up(facts: HostFacts, asked: Asked) -> SetUp:
         if parse_kernel_version(asked.kernel) is None:
             raise RefusedError(UnreadableKernel(asked.kernel))
         # The release alone decides, as in vLLM: "microsoft" in it is WSL2, anything else native Linux.
-        uname = {"release": asked.kernel}
-        kernel, host = Chosen(asked.kernel, Source.FLAG), classify_host(HostFacts(uname=uname))
+        flagged = HostFacts(uname={"release": asked.kernel})
+        kernel, host = Chosen(asked.kernel, Source.FLAG), classify_host(flagged)
         kernel_read = True
-        note = _host_note(HostFacts(uname=uname))
+        note = _host_note(flagged)
     else:
         # A machine's release the doctor cannot read is answered for what classify_host makes of it, said so:
         # native Linux, or on WSL2 a kernel below the gate, as vLLM takes a WSL2 kernel it cannot parse.

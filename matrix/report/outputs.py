@@ -19,8 +19,21 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from matrix.errors import MatrixError
+from matrix.report import render_html, render_json, render_md
+from matrix.report.model import Report
 
 PARTIAL = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{16}\.partial$")
+
+
+def report_outputs(report: Report) -> dict[str, Iterable[str]]:
+    """The report's four outputs by name, each as the chunks it is written in (the page and compat.json are
+    rendered while written: a large report is never held whole)."""
+    return {
+        "COMPATIBILITY.md": [render_md.render(report)],
+        "index.html": render_html.chunks(report),
+        "strips.svg": [render_html.render_strips(report)],
+        "compat.json": render_json.chunks(report),
+    }
 
 
 def _open_directory(out: Path) -> int:

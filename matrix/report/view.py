@@ -476,7 +476,7 @@ class StripMark:
 @dataclass(frozen=True)
 class StripRow:
     cell: str
-    marks: tuple[StripMark | None, ...]  # per release, oldest first; None: the release has no such cell
+    marks: tuple[StripMark, ...]  # per release, oldest first
 
 
 @dataclass(frozen=True)
@@ -491,7 +491,8 @@ class StripsView:
 
     title: str
     releases: tuple[str, ...]
-    strips: tuple[Strip, ...]
+    cells: tuple[str, ...]  # the rows of every strip, in the matrix's order
+    strips: tuple[Strip, ...]  # one per question
     legend: tuple[VerdictLook, ...]
 
 
@@ -560,11 +561,8 @@ class ReportView:
         oldest_first = tuple(reversed(self.release_names))
         verdicts = self.report.verdicts
 
-        def mark(vllm: str, cell: Cell, question: Question) -> StripMark | None:
-            found = verdicts.get((vllm, cell.id))
-            if found is None:
-                return None
-            answer = found[question]
+        def mark(vllm: str, cell: Cell, question: Question) -> StripMark:
+            answer = verdicts[(vllm, cell.id)][question]  # every release has every cell: "unknown" without a result
             look = VERDICT_LOOKS[answer.verdict]
             said = plain(advice(answer))
             return StripMark(look, f"{cell.id}, vLLM {vllm}: {QUESTION_NAMES[question]} {look.word}, {said}")
@@ -576,7 +574,8 @@ class ReportView:
             )
             for question in Question
         )
-        return StripsView(STRIPS_TITLE, oldest_first, strips, tuple(VERDICT_LOOKS.values()))
+        cells = tuple(cell.id for cell in CELLS)
+        return StripsView(STRIPS_TITLE, oldest_first, cells, strips, tuple(VERDICT_LOOKS.values()))
 
     def detail(self, vllm: str) -> DetailView:
         rows = tuple(
