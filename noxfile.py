@@ -336,16 +336,19 @@ def _release_python(session: nox.Session, version: str) -> str:
     return str(env / "bin" / "python")
 
 
+# Each release's history results for the key this kit gives them, committed: a fresh clone (CI's) reuses them.
+COMMITTED_HISTORY = Path("docs/evidence/history")
 # The `python -m matrix` commands a release's history runs (_test_cells, _record_environment): their code is in the key.
 HISTORY_COMMANDS = ("env", "plan", "split")
 
 
-def _history(session: nox.Session) -> None:
+def _history(session: nox.Session, *, record: bool) -> None:
     """Every release's gate and engine-config tests of 24 cells -> results/history/<v>/, through the history cache.
 
     A release whose key (matrix.history_cache: the release, the lock, torch, Python, this machine's plan, the
-    recipe below and every kit file it runs) is cached is copied from the cache, the others are run in a venv of
-    their own and stored. One line per release says which, with the key and the time it took.
+    recipe below and every kit file it runs) is cached, or committed in COMMITTED_HISTORY, is copied from there;
+    the others are run in a venv of their own and cached. One line per release says which, with the key and the
+    time it took. ``record``: COMMITTED_HISTORY ends holding each release's results for its key, to be committed.
     """
     parser = argparse.ArgumentParser(prog=f"nox -s {session.name} --")
     parser.add_argument("--versions", default=",".join(HISTORY_VERSIONS), help="comma-separated vLLM releases")
@@ -398,6 +401,8 @@ def _history(session: nox.Session) -> None:
         results=RESULTS / "history",
         cache=cache,
         scratch=tmp / "computed",
+        committed=ROOT / COMMITTED_HISTORY,
+        record=record,
         fresh=args.fresh,
         recheck=recheck,
         say=session.log,
@@ -433,16 +438,17 @@ def history(session: nox.Session) -> None:
 
     `-- --fresh` recomputes every release; `-- --recheck auto` recomputes two cached ones and fails if they moved.
     """
-    _history(session)
+    _history(session, record=False)
 
 
 @nox.session(default=False)
 def publish(session: nox.Session) -> None:
     """The history (options after `--` as for history), then docs/matrix/ (the published table) from it.
 
-    Its inputs: results/history/ and any docs/probe/*.json and docs/bench/.
+    Its inputs: results/history/ and any docs/probe/*.json and docs/bench/. The history's results behind it are
+    kept beside it, in COMMITTED_HISTORY: commit both.
     """
-    _history(session)
+    _history(session, record=True)
     session.install("-e", ".[report]")
     # Paths relative to the kit (nox runs in its directory): the published inputs name no machine's disk.
     inputs = ("results/history", "--probes", "docs/probe", "--bench", "docs/bench")

@@ -240,8 +240,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     suspect = inputs.suspect
     if suspect:
         names = ", ".join(f"{visible(s.path)} ({s.execution} {s.cell})" for s in suspect[:10])
-        print(f"error: {len(suspect)} result(s) claim a run their runner may not speak for: {names}", file=sys.stderr)
-    return 1 if bad or suspect else 0
+        print(
+            f"error: {len(suspect)} result(s) claim a run their runner may not speak for, or their envelope "
+            f"contradicts: {names}",
+            file=sys.stderr,
+        )
+    unplaced = [p for p in inputs.unattributed if p.failed]
+    if unplaced:
+        failed = sum(p.failed for p in unplaced)
+        first = next(f for p in unplaced for f in p.failures)
+        print(
+            visible(
+                f"error: {failed} failing test case(s) in no cell, in {len(unplaced)} file(s) (the report's inputs "
+                f"section names them): {unplaced[0].path}: {first}"
+            ),
+            file=sys.stderr,
+        )
+    return 1 if bad or suspect or unplaced else 0
 
 
 def _nox_reports(items: list[str]) -> list[str]:

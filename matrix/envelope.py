@@ -99,6 +99,23 @@ class Envelope:
             **{name: props.get(name, "") for name in (*_TEXT, *_TEXT_AFTER_MISMATCH, *_TEXT_AFTER_WSL, *_IMAGE)},
         )
 
+    @property
+    def contradiction(self) -> str:
+        """How the envelope contradicts itself, in words; empty when it does not. A run on a GPU that records no
+        GPU, or a native run of a host the same envelope says it was not on, is not believed, whoever wrote it."""
+        execution, host = self.execution, self.cell.host
+        if execution is None or not execution.uses_gpu:
+            return ""
+        if self.gpu == "none":
+            return "its envelope records no GPU"
+        if execution is not Execution.NATIVE:
+            return ""
+        if self.wsl is not None and self.wsl != host.is_wsl:
+            return f"its envelope says the host was {'in' if self.wsl else 'not in'} WSL"
+        if self.detected_host and self.detected_host != host.value:
+            return f"its envelope says the host was detected as {self.detected_host}"
+        return ""
+
     def to_properties(self) -> dict[str, str]:
         """The suite properties, with exactly the names and spellings every kit version has written."""
         cell = self.cell

@@ -1,19 +1,75 @@
-"""Result files written where a link may wait: a link at the target is replaced, never written through.
+"""Files the kit writes where a link may wait, and files it reads that anyone may have put there.
 
 A results tree can hold what another process left there (a container's scratch once lived
 in it), and a plain write follows a symbolic link to wherever it points. Each file is
 written under a fresh name in its directory, opened so that no link is followed, and
 renamed over the target: the rename replaces a link instead of following it. A directory
 that is itself a link is refused.
+
+An input (a runner's JUnit, a record, a benchmark) is read only if it is a regular file no larger than a bound:
+a FIFO named ``*.xml`` would block the reader for ever, and ``/dev/zero`` behind a link would fill the memory.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from matrix.errors import MatrixError
+
+MIB = 1 << 20
+# What the kind of a file that is not a regular one is called in a refusal.
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+class InputFileError(MatrixError):
+    """An input that is not a regular file within its bound: the message says why, in a few words."""
+
+
+# The most an input file may hold: far above any real one (the published compat.json of 13 releases is 9 MiB).
+INPUT_LIMIT = 64 * MIB
+
+
+def read_input(path: str | Path, limit: int = INPUT_LIMIT, *, links: bool = True) -> bytes:
+    """``path``'s bytes if it is a regular file of at most ``limit`` bytes; else InputFileError.
+
+    Opened without waiting (a FIFO opens at once, and is refused), and read no further than the bound, whatever
+    the file's size says (a file can grow while it is read). ``links=False``: a symbolic link is refused too.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if links else os.O_NOFOLLOW)
+    try:
+        handle = os.open(path, flags)
+    except OSError as exc:
+        if not links and exc.errno == errno.ELOOP:
+            raise InputFileError("a symbolic link, where the file itself is expected") from None
+        raise InputFileError(f"cannot be read ({exc.strerror})") from None
+    try:
+        mode = os.fstat(handle).st_mode
+        if not stat.S_ISREG(mode):
+            raise InputFileError(f"not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'a special file')})")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(handle, min(limit + 1 - size, MIB))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise InputFileError(f"cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(handle)
+    if size > limit:
+        raise InputFileError(f"larger than the {limit / MIB:g} MiB an input may be")
+    return b"".join(chunks)
 
 
 def write_file(directory: Path, name: str, data: bytes) -> Path:

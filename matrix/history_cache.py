@@ -19,6 +19,10 @@ The key hashes, and each is in it because the results change with it:
 
 The third-party packages the kit itself depends on are resolved when a release's venv is made and are in no
 key; ``--recheck`` recomputes releases whose key is unchanged and fails where the result moved anyway.
+
+Beside the user's cache, the kit commits each release's entry for its key (``docs/evidence/history/<v>/``, written
+by ``nox -s publish``): a fresh clone, CI's among them, reuses those whose key its own code gives, so an empty
+user cache costs no recomputation, and the committed matrix can be checked against the results it came from.
 Standard library only, and no import of ``repro/``: the noxfile reads it before any venv exists.
 """
 
@@ -250,13 +254,22 @@ def cached_entry(entry: Path) -> Path | None:
     return entry if isinstance(manifest, dict) and manifest.get("files") == files and files else None
 
 
+def committed_entry(entry: Path, key: str) -> Path | None:
+    """``entry`` (a release's committed results) if it is whole and was computed under ``key``, else None."""
+    if cached_entry(entry) is None:
+        return None
+    manifest = json.loads((entry / MANIFEST).read_text())
+    return entry if manifest.get("key") == key else None
+
+
 def store(entry: Path, results: Path, inputs: KeyInputs) -> None:
     """``results``' files as the cache entry ``entry``, written whole: in a directory beside it, then renamed."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=entry.parent))
     try:
         for name in _result_files(results):
-            shutil.copy2(results / name, partial / name)
+            if name != MANIFEST:  # another entry's (a cached one, being committed): this one's is written below
+                shutil.copy2(results / name, partial / name)
         manifest = {"key": inputs.key, "inputs": asdict(inputs), "files": _result_files(partial)}
         (partial / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         if entry.exists():  # --fresh or a damaged entry: the old one goes aside first, never half replaced
@@ -365,11 +378,15 @@ class Outcome:
     action: str  # "reused", "computed", "recomputed" (a cached copy was checked), "computed nothing", or not stored
     seconds: float
     differences: tuple[str, ...] = ()
+    source: str = "cache"  # of a reused or rechecked copy: the user's "cache" or the kit's "committed" results
 
     def line(self) -> str:
+        copy = "its committed copy" if self.source == "committed" else "its cached copy"
         said = self.action
-        if self.action == "recomputed":
-            said = f"recomputed, {'DIFFERS from' if self.differences else 'same as'} its cached copy"
+        if self.action == "reused" and self.source == "committed":
+            said = "reused its committed results"
+        elif self.action == "recomputed":
+            said = f"recomputed, {'DIFFERS from' if self.differences else 'same as'} {copy}"
         return f"vLLM {self.version}: {said} (key {self.key}) in {self.seconds:.1f} s"
 
 
@@ -380,12 +397,16 @@ def run_history(
     results: Path,
     cache: Path,
     scratch: Path,
+    committed: Path | None = None,
+    record: bool = False,
     fresh: bool = False,
     recheck: frozenset[str] = frozenset(),
     say: Callable[[str], None] = print,
 ) -> list[Outcome]:
-    """Each release's results into ``results/<v>/``: reused from ``cache`` or computed by ``compute(v, dir)``.
+    """Each release's results into ``results/<v>/``: reused from ``cache`` or ``committed`` (the kit's committed
+    results, ``committed/<v>/``, if their key is this one), or computed by ``compute(v, dir)`` and cached.
 
+    ``record``: ``committed/<v>/`` ends as this key's entry (``publish``: the kit commits what made its matrix).
     ``fresh``: compute every release. ``recheck``: compute these even if cached, and report where they differ
     from the cached copy (which is then kept, not replaced: which side is wrong is for a person to find out).
     A computation that raises stores nothing; one that writes no file (``nox --install-only``) neither, nor one
@@ -393,7 +414,11 @@ def run_history(
     """
     outcomes = []
     began = time.perf_counter()
-    cached = [cached_entry(cache / r.version / r.key) for r in releases]
+    cached = [
+        cached_entry(cache / r.version / r.key)
+        or (committed_entry(committed / r.version, r.key) if committed is not None else None)
+        for r in releases
+    ]
     reuse = [
         entry is not None and not fresh and r.version not in recheck for r, entry in zip(releases, cached, strict=True)
     ]
@@ -402,9 +427,10 @@ def run_history(
         started = time.perf_counter()
         version, key = inputs.version, inputs.key
         entry, found = cache / version / key, cached[index]
+        source = "committed" if found is not None and found != entry else "cache"
         if reuse[index] and found is not None:
             _place(found, results / version)
-            outcome = Outcome(version, key, "reused", time.perf_counter() - started)
+            outcome = Outcome(version, key, "reused", time.perf_counter() - started, source=source)
         else:
             where = scratch / version
             shutil.rmtree(where, ignore_errors=True)
@@ -421,10 +447,13 @@ def run_history(
                 action = "computed"
             if action == "computed":  # a checked copy stays as it was: same, or for a person to look at
                 store(entry, where, inputs)
+                found = entry
             if action != "computed nothing":
                 _place(where, results / version)
-            outcome = Outcome(version, key, action, time.perf_counter() - started, differences)
+            outcome = Outcome(version, key, action, time.perf_counter() - started, differences, source)
             computed.append(outcome.seconds)
+        if record and committed is not None and found is not None and found != committed / version:
+            store(committed / version, found, inputs)
         say(outcome.line())
         outcomes.append(outcome)
         still = sum(not reused for reused in reuse[index + 1 :])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import json
-import shutil
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import Any
 from xml.etree.ElementTree import Element, SubElement, tostring
 
 from matrix.errors import MatrixError
+from matrix.files import InputFileError, read_input, write_file
 from matrix.groups import GROUP_TESTS
 from matrix.host.classify import ENV_SCHEMA
 from matrix.plan import CellPlan
@@ -173,6 +174,14 @@ def import_run(folder: Path, results: Path) -> Imported:
         runner_name=str((env.get("uname") or {}).get("node") or "unknown"),
         started_at=run.started_at,
     )
+    probe_record = None
+    if os.path.lexists(folder / PROBE_RECORD) and any(group.group == "probe" for group in run.groups):
+        # Read as the file itself (a link in the run's folder could name any file of this machine), before
+        # anything is written, and written beside the results without following a link there.
+        try:
+            probe_record = read_input(folder / PROBE_RECORD, links=False)
+        except InputFileError as exc:
+            raise MatrixError(f"{folder / PROBE_RECORD} is {exc}: {AGAIN}") from None
     directories = {}
     with tempfile.TemporaryDirectory(prefix="wslpin-import-") as tmp:
         for group in run.groups:
@@ -182,8 +191,5 @@ def import_run(folder: Path, results: Path) -> Imported:
             missing = f"pytest {ended} without writing {group.junit}: see {folder / LOG}"
             write_cell_results(plans, raw, info, out, raw_missing=missing)
             directories[group.group] = out
-    probe = None
-    if (folder / PROBE_RECORD).exists() and "probe" in directories:
-        probe = directories["probe"] / IMPORTED_PROBE
-        shutil.copyfile(folder / PROBE_RECORD, probe)
+    probe = None if probe_record is None else write_file(directories["probe"], IMPORTED_PROBE, probe_record)
     return Imported(run, directories, probe)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from matrix.errors import MatrixError
+from matrix.files import InputFileError, read_input
 
 
 def read_record(path: Path, schema: str, name: str, kind: str, again: str) -> dict[str, Any]:
@@ -14,10 +15,12 @@ def read_record(path: Path, schema: str, name: str, kind: str, again: str) -> di
 
     ``kind`` names the record in that line ("a plan record"); ``again`` says how to write a good one.
     """
-    if not path.is_file():
+    if not path.exists():
         raise MatrixError(f"{name} does not exist: {again}")
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(read_input(path))
+    except InputFileError as exc:
+        raise MatrixError(f"{name} is {exc}: {again}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MatrixError(f"{name} is not JSON ({exc}): {again}") from None
     if not isinstance(record, dict) or record.get("schema") != schema:

@@ -217,17 +217,32 @@ def _outcome(
     return None
 
 
+# What the engine does: known from a run only where the engine ran (its case recorded what it did).
+ENGINE_QUESTIONS = (Question.ENGINE_START, Question.OFFLOAD_WITH_GRAPHS)
+
+
+def _predicted_unless_ran(found: Found | None, observed: Mapping[str, str]) -> Found | None:
+    """``found`` as a prediction where the engine did not run: a run on a GPU whose engine case was skipped (or
+    never reached) knows vLLM's decisions there, not what its engine does."""
+    if found is None or "repro" in observed:
+        return found
+    return dataclasses.replace(found, level=min(found.level or Level.PREDICTED, Level.PREDICTED))
+
+
 def _per_pin(
     rules: tuple[OutcomeRule, ...], cell: Cell, version: Version | None, values: Mapping[tuple[str, str], str]
 ) -> dict[Question, dict[str, Found | None]]:
     found: dict[Question, dict[str, Found | None]] = {q: {} for q in Question}
     for pin_env in GATE_PIN_VALUES:
         observed = {key: value for (key, pin), value in values.items() if pin == pin_env}
-        start = found[Question.ENGINE_START][pin_env] = _outcome(rules, Question.ENGINE_START, cell, version, observed)
+        start = _predicted_unless_ran(_outcome(rules, Question.ENGINE_START, cell, version, observed), observed)
+        found[Question.ENGINE_START][pin_env] = start
         if start is not None:
             observed[Question.ENGINE_START.value] = start.outcome.value
         for question in (Question.OFFLOAD_WITH_GRAPHS, Question.PINNED_MEMORY):
             this = _outcome(rules, question, cell, version, observed)
+            if question in ENGINE_QUESTIONS:
+                this = _predicted_unless_ran(this, observed)
             if (
                 this is not None
                 and start is not None

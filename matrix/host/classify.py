@@ -34,7 +34,10 @@ RECORDED_PREFIXES = (
     "GITHUB_RUN",
     "RUNNER_",
 )
-SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH", "HF_")
+# A name holding one of these is a secret's name wherever it is in it...
+SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSW", "PASSPHRASE", "CREDENTIAL", "AUTH", "PRIVATE", "COOKIE", "HF_")
+# ... and, of a recorded variable, one of these as a whole part of it (PAT: a personal access token; not PATH).
+SECRET_PARTS = frozenset({"PAT", "PASS", "PWD"})
 REDACTED = "<redacted>"
 
 # Values that are credentials by their shape, whatever the variable is called: the record is a CI artifact.
@@ -48,6 +51,14 @@ TOKEN_SHAPES = re.compile(
     r"|xox[abposr]-[A-Za-z0-9-]{10,}"  # Slack
     r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"  # JWTs
     r")"
+)
+# Credentials by their place in a value: after an authorisation scheme, a password-like option or a key=.
+SECRET_AFTER = re.compile(
+    r"(?i)("
+    r"\b(?:bearer|basic|token)\s+"
+    r"|--?(?:[a-z0-9]+[-_])*(?:password|passwd|pass|passphrase|secret|token|api[-_]?key|auth)(?:=|\s+)"
+    r"|\b(?:[a-z0-9]+[-_])*(?:password|passwd|pass|pwd|passphrase|secret|token|api[-_]?key)\s*[=:]\s*"
+    r")(?!<redacted>)[^\s&;,'\"]+"
 )
 # A long run of base64 is a key when its letters change case as often as random ones do (model
 # names and paths change case at word starts only). Hex is not: the commits, digests and GPU
@@ -220,6 +231,7 @@ def scrub(value: str, homes: tuple[str, ...] = ()) -> str:
     ``homes`` are this machine's home directories ($HOME and the like), besides the usual places.
     """
     value = URL.sub(lambda m: _redact_url(m.group()), value)
+    value = SECRET_AFTER.sub(lambda m: m.group(1) + REDACTED, value)
     value = TOKEN_SHAPES.sub(REDACTED, value)
     value = KEY_RUN.sub(lambda m: REDACTED if _key_like(m.group()) else m.group(), value)
     for home in homes:
@@ -239,10 +251,13 @@ def redact(environ: dict[str, str]) -> dict[str, str]:
     kept = {}
     for name in sorted(environ):
         upper = name.upper()
-        if not upper.startswith(RECORDED_PREFIXES) and not any(m in upper for m in SECRET_MARKERS):
-            continue
-        secret = any(marker in upper for marker in SECRET_MARKERS)
-        kept[name] = REDACTED if secret else scrub(environ[name], homes)
+        recorded = upper.startswith(RECORDED_PREFIXES)
+        if any(marker in upper for marker in SECRET_MARKERS) or (
+            recorded and not SECRET_PARTS.isdisjoint(upper.split("_"))
+        ):
+            kept[name] = REDACTED
+        elif recorded:
+            kept[name] = scrub(environ[name], homes)
     return kept
 
 

@@ -175,6 +175,10 @@ def collect_environment() -> dict:
     return environment_record(facts, pinned)
 
 
+# What `nox -s publish` writes: the kit's outputs, not its code, so rewriting them leaves the commit clean.
+PUBLISHED_OUTPUTS = ("docs/matrix", "docs/evidence")
+
+
 def kit_commit() -> str:
     """The kit's git commit (short), marked +dirty when tracked files changed; results name it."""
 
@@ -186,7 +190,8 @@ def kit_commit() -> str:
     commit = git("rev-parse", "--short=12", "HEAD")
     if not commit:
         return "unknown"
-    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    outputs = [f":(exclude){path}" for path in PUBLISHED_OUTPUTS]
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", ".", *outputs) else "")
 
 
 def runner_name() -> str:

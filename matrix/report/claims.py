@@ -32,6 +32,7 @@ class Suspect:
     execution: str
     vllm: str
     testcases: int
+    contradiction: str = ""  # how its envelope contradicts itself; empty: only its artifact is not the cell's runner
 
 
 @dataclass(frozen=True)

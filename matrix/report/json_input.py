@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from matrix.errors import MatrixError
+from matrix.files import InputFileError, read_input
 
 SCHEMAS = Path(__file__).with_name("schemas")
 # Far beyond any record the kit writes (about 8 levels), far below what exhausts Python's stack.
@@ -152,9 +153,9 @@ def schema_problem(document: Any, schema: str) -> str | None:
 def read_json_input(path: Path, kind: JsonKind) -> Any:
     """The JSON document at ``path`` if it is a ``kind``; else MatrixError, one line naming the file."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise MatrixError(f"{kind.option} {path} cannot be read ({exc.strerror}): {kind.instead}") from None
+        data = read_input(path)
+    except InputFileError as exc:
+        raise MatrixError(f"{kind.option} {path} {exc}: {kind.instead}") from None
     try:
         document = parse(data)
         problem = schema_problem(document, kind.schema)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import glob
+import io
 import os
 import sys
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from defusedxml import DefusedXmlException
 
 from matrix.envelope import Envelope
 from matrix.errors import MatrixError
+from matrix.files import InputFileError, read_input
 from matrix.report.claims import Claims, Suspect
 
 MESSAGE_LIMIT = 2000
@@ -67,6 +69,28 @@ class Problem:
     path: str
     reason: str
     testcases: int = 0
+    # Of the test cases in no cell, how many failed or errored, and the first FAILURES_NAMED of them as
+    # "classname::name: outcome: message": a failure the grid cannot place is still a failure, named where a
+    # person reads the report, and it fails the report.
+    failed: int = 0
+    failures: tuple[str, ...] = ()
+
+
+FAILURES_NAMED = 20
+
+
+def _unplaced(path: str, reason: str, cases: list[Element]) -> Problem:
+    """A problem holding ``cases``, which no cell owns: its failures counted, and the first ones named."""
+    named: list[str] = []
+    failed = 0
+    for case in cases:
+        result, message = outcome(case)
+        if result in (FAILED, ERROR):
+            failed += 1
+            if len(named) < FAILURES_NAMED:
+                first = message.splitlines()[0] if message else "(no message)"
+                named.append(f"{case.get('classname', '')}::{case.get('name', '')}: {result}: {first}"[:500])
+    return Problem(path, reason, len(cases), failed, tuple(named))
 
 
 @dataclass
@@ -97,14 +121,41 @@ class UnreadableError(ValueError):
     """A file that is not a JUnit file this kit will read; the message says why."""
 
 
-def expand(inputs: list[str]) -> list[str]:
-    """Files, directories (searched for *.xml) and globs, in a stable order, each once."""
+def _glob(pattern: str) -> list[str]:
+    """The paths ``pattern`` matches, ``**`` never descending into a link to a directory (two links to their own
+    parent made ``glob.glob`` walk for ever), in a stable order."""
+    path = Path(pattern)
+    parts = path.parts[1:] if path.anchor else path.parts
+    fixed = 0
+    while fixed < len(parts) and not glob.has_magic(parts[fixed]):
+        fixed += 1
+    base = Path(path.anchor or ".", *parts[:fixed])
+    if fixed == len(parts):
+        return [pattern] if os.path.lexists(pattern) else []
+    return sorted(str(hit) for hit in base.glob(str(Path(*parts[fixed:]))))
+
+
+def _outside(directory: str, path: Path) -> bool:
+    """Whether ``path``, found in ``directory``, is a link to something outside it."""
+    return path.is_symlink() and not path.resolve().is_relative_to(Path(directory).resolve())
+
+
+def expand(inputs: list[str]) -> tuple[list[str], list[Problem]]:
+    """Files, directories (searched for *.xml) and globs, in a stable order, each once; and the links out of a
+    directory given, which are never read (a results tree is read, not whatever its links point at)."""
     found: list[str] = []
+    refused: list[Problem] = []
     seen: set[str] = set()
     for item in inputs:
         if os.path.isdir(item):
-            hits = sorted(str(p) for p in Path(item).rglob("*.xml"))
-            if not hits:
+            hits: list[str] = []
+            for found_path in sorted(Path(item).rglob("*.xml")):
+                if _outside(item, found_path):
+                    reason = f"a link out of {item}, to {os.readlink(found_path)}: not read"
+                    refused.append(Problem(str(found_path), reason))
+                else:
+                    hits.append(str(found_path))
+            if not hits and not refused:
                 # Nothing to read would be a report of 24 missing cells under "vLLM unknown", exit 0.
                 raise InputError(
                     f"{item!r} is a directory without a JUnit file (*.xml): give the one the sessions wrote (results/)"
@@ -112,14 +163,14 @@ def expand(inputs: list[str]) -> list[str]:
         elif os.path.exists(item):
             hits = [item]
         else:
-            hits = sorted(glob.glob(item, recursive=True))
+            hits = _glob(item)
             if not hits:
                 raise InputError(f"{item!r} is not a file, a directory or a glob that matches anything")
         for hit in hits:
             if hit not in seen:
                 seen.add(hit)
                 found.append(hit)
-    return found
+    return found, refused
 
 
 def parse(path: str | Path | BinaryIO) -> Element:
@@ -127,8 +178,13 @@ def parse(path: str | Path | BinaryIO) -> Element:
 
     UnreadableError says why not.
     """
+    if isinstance(path, str | Path):
+        try:
+            path = io.BytesIO(read_input(path))
+        except InputFileError as exc:
+            raise UnreadableError(str(exc)) from None
     try:
-        root = SafeET.parse(str(path) if isinstance(path, str | Path) else path, forbid_dtd=True).getroot()
+        root = SafeET.parse(path, forbid_dtd=True).getroot()
     except DefusedXmlException as exc:
         raise UnreadableError(f"refused: {type(exc).__name__} (DTDs and entities are not allowed)") from None
     except SafeET.ParseError as exc:
@@ -178,9 +234,9 @@ def read_file(path: str, into: Inputs) -> None:
         return
     suites, stray = _suites(root)
     if stray:
-        reason = f"{stray} testcase(s) outside any <testsuite>, so in no cell"
-        into.testcases_read += stray
-        into.unattributed.append(Problem(path, reason, stray))
+        reason = f"{len(stray)} testcase(s) outside any <testsuite>, so in no cell"
+        into.testcases_read += len(stray)
+        into.unattributed.append(_unplaced(path, reason, stray))
     elif not suites:
         into.unattributed.append(Problem(path, "no test suite in the file"))
     for suite in suites:
@@ -197,19 +253,19 @@ class _Suite:
     nested: list[_Suite]
 
 
-def _suites(root: Element) -> tuple[list[_Suite], int]:
-    """Every suite in document order (outer before inner), and how many testcases no suite owns.
+def _suites(root: Element) -> tuple[list[_Suite], list[Element]]:
+    """Every suite in document order (outer before inner), and the testcases no suite owns.
 
     A loop, not recursion: a hostile file nests thousands of elements deep.
     """
     suites: list[_Suite] = []
-    stray = 0
+    stray: list[Element] = []
     stack: list[tuple[Element, _Suite | None]] = [(root, None)]
     while stack:
         elem, owner = stack.pop()
         if elem.tag == "testcase":
             if owner is None:
-                stray += 1
+                stray.append(elem)
             else:
                 owner.cases.append(elem)
         elif elem.tag == "testsuite":
@@ -243,14 +299,19 @@ def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
     into.testcases_read += len(children)
     if not props.get("cell_id"):
         reason = f"suite {suite_name!r} has no cell envelope (no cell_id property)"
-        into.unattributed.append(Problem(path, reason, len(children)))
+        into.unattributed.append(_unplaced(path, reason, children))
         return
     try:
         envelope = Envelope.from_properties(props)
     except MatrixError as exc:
-        into.unattributed.append(Problem(path, f"suite {suite_name!r}: {exc}", len(children)))
+        into.unattributed.append(_unplaced(path, f"suite {suite_name!r}: {exc}", children))
         return
     suspect = into.claims.suspect(path, envelope, len(children)) if into.claims is not None else None
+    if contradiction := envelope.contradiction:
+        execution = envelope.execution.value if envelope.execution else ""
+        artifact = into.claims.artifact(path) if into.claims is not None else ""
+        cell, vllm = envelope.cell.id, envelope.vllm_version
+        suspect = Suspect(path, artifact, cell, execution, vllm, len(children), contradiction)
     if suspect is not None:
         into.suspect.append(suspect)
         return
@@ -289,7 +350,7 @@ def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
 
 def read_inputs(inputs: list[str], claims: Claims | None = None) -> Inputs:
     result = Inputs(claims=claims)
-    result.files = expand(inputs)
+    result.files, result.unreadable = expand(inputs)
     for path in result.files:
         read_file(path, result)
     result._shared.clear()

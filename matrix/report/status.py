@@ -177,6 +177,10 @@ def judge_case(case: ReadCase, expected_for: Resolver) -> CaseRecord:
     """The case's status: gate cases by the current rule for what vLLM decided, others by their JUnit outcome."""
     attempts = tuple(case.attempts)
     status = _by_outcome(attempts[case.latest :])
+    if status is Status.FIXED and not case.properties.get("issue"):
+        # Only a known failure (its case names the issue) can be fixed: pytest's "[XPASS(strict)]" on any
+        # other case is text a failing test wrote, and a failure.
+        status = Status.REGRESSION
     judged = CaseRecord(case.classname, case.name, attempts, case.properties, status, earlier=case.latest)
     if judged.status is Status.FLAKY:
         return judged

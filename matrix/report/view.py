@@ -18,6 +18,7 @@ from matrix.cells import AXES, CELLS, WSL2_PIN_KERNEL, Axis, Cell, Host, Mode, M
 from matrix.questions import MODEL_CLASS_WORDS
 from matrix.report.claims import Suspect
 from matrix.report.model import COLUMNS, ROWS, Contradiction, Diff, Evidence, EvidenceKind, Report, detail_rows
+from matrix.report.reading import Problem
 from matrix.report.status import CellReport, Status
 from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
 from matrix.verdicts import Answer, CellVerdicts, Level, Question, Verdict, Workaround
@@ -543,7 +544,10 @@ class ReportView:
         problems = [("unreadable", p) for p in inputs.unreadable] + [("unattributed", p) for p in inputs.unattributed]
         problems += [("warning", p) for p in inputs.warnings]
         if problems:
-            items = (Item((f"{kind}: ", _code(p.path), ": ", _text(p.reason))) for kind, p in problems)
+            items = (
+                Item((f"{kind}: ", _code(p.path), ": ", _text(p.reason), *_unplaced_failures(p)))
+                for kind, p in problems
+            )
             yield Section("inputs", "Inputs not counted in the grid", 2, items)
         if inputs.suspect:
             title = "Suspect results: runs claimed outside the runner's cells"
@@ -672,6 +676,15 @@ def _title(cell: CellReport) -> str:
     return "\n".join(bits)
 
 
+def _unplaced_failures(problem: Problem) -> tuple[Part | str, ...]:
+    """What failed among a problem's test cases, which are in no cell: named, so no failure is only a count."""
+    if not problem.failed:
+        return ()
+    more = problem.failed - len(problem.failures)
+    named = "; ".join(problem.failures) + (f"; and {more} more" if more else "")
+    return ("; ", _strong(f"{problem.failed} failed"), ": ", _text(named))
+
+
 def _contradiction(c: Contradiction) -> Item:
     return Item(
         (
@@ -698,7 +711,9 @@ def _diff(diff: Diff) -> Iterator[Item]:
 def _suspect(suspects: Iterable[Suspect]) -> Iterator[Item]:
     for s in suspects:
         source: Phrase = ("it is in no runner's artifact",)
-        if s.artifact:
+        if s.contradiction:
+            source = (_text(s.contradiction),)
+        elif s.artifact:
             source = ("the artifact ", _code(s.artifact), " is not the runner the plan gave it")
         yield Item(
             (

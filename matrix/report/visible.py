@@ -1,23 +1,36 @@
 """Text from the inputs as a reader should see it, in every output of the report, the summary and the CLI.
 
 A runner executes a line of a job's log that starts with ``::`` (``::error``, ``::add-mask::``,
-``::stop-commands::``), and bidi controls or zero-width characters make a name read as another.
-So no input text may break a line, and none may hide or reorder what follows: such characters
-are shown as their escapes. Standard library only: the CLI's error line uses it on a bare Python.
+``::stop-commands::``), and its legacy form ``##[error]`` wherever it is in a line; and bidi controls,
+zero-width, format and filler characters make a name read as another. So no input text may break a line,
+none may hide or reorder what follows, and none may hold ``##[``: such characters are shown as their
+escapes (the first ``#`` of ``##[`` as ``\\x23``). Standard library only: the CLI's error line uses it on a
+bare Python.
 """
 
 from __future__ import annotations
 
 import re
 
-# Besides C0 controls: DEL and C1 controls, the line and paragraph separators, zero-width and bidi characters.
-_UNSEEN = "\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
-_HIDDEN = re.compile(f"[\x00-\x1f{_UNSEEN}]")
-_HIDDEN_BUT_LINES = re.compile(f"[\x00-\x08\x0b-\x1f{_UNSEEN}]")  # tab and line feed kept
+# Besides C0 controls: DEL and C1 controls, and every character that shows nothing or changes how its
+# neighbours show: Unicode's format characters (category Cf: soft hyphen, zero-width, bidi, the invisible
+# operators, tag characters, ...), the line and paragraph separators, the combining grapheme joiner, the
+# Hangul and Khmer fillers, and the variation selectors. tests/kit/test_hostile_text.py checks this list
+# against the Unicode database of the Python running it.
+_UNSEEN = (
+    "\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    "\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2"
+    "\U000110bd\U000110cd\U00013430-\U0001345f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0000-\U000e007f\U000e0100-\U000e01ef"
+)
+_LEGACY_COMMAND = "#(?=#\\[)"  # the runner's older command form, ``##[name]``, read anywhere in a line
+_HIDDEN = re.compile(f"[\x00-\x1f{_UNSEEN}]|{_LEGACY_COMMAND}")
+_HIDDEN_BUT_LINES = re.compile(f"[\x00-\x08\x0b-\x1f{_UNSEEN}]|{_LEGACY_COMMAND}")  # tab and line feed kept
 
 
 def _escape(match: re.Match[str]) -> str:
-    return match.group().encode("unicode_escape").decode("ascii")
+    found = match.group()
+    return "\\x23" if found == "#" else found.encode("unicode_escape").decode("ascii")
 
 
 def visible(text: object) -> str:

@@ -21,7 +21,7 @@ from conftest import ROOT, require_gate_only, run_module
 
 from matrix.cells import select
 from matrix.host.facts import torch_info, vllm_info
-from matrix.offline import GroupRun, GroupStatus, group_junit
+from matrix.offline import IMPORTED_PROBE, PROBE_RECORD, GroupRun, GroupStatus, group_junit
 from matrix.plan import CellPlan, Execution
 from matrix.report.reading import parse, properties
 from repro import gpu_run
@@ -214,6 +214,39 @@ def test_a_pytest_stopped_at_the_deadline_keeps_what_finished(tmp_path):
         ("cases_not_run", "cuda-linux-v1-graph", True),
         ("cases_not_run", "cuda-linux-v1-eager", True),
     ]
+
+
+@pytest.mark.reads_host
+def test_the_import_copies_no_file_through_a_link_in_the_folder_or_in_the_results(dry_run, tmp_path):
+    out, _ = dry_run
+    folder = tmp_path / "run"
+    shutil.copytree(out, folder)
+    secret = tmp_path / "host-file"
+    secret.write_text("a file of this machine's")
+    probe = folder / PROBE_RECORD
+    record = {
+        "schema": "wslpin-kit.probe/1",
+        "collected_at": "2026-11-20T10:00:00+00:00",
+        "host": {"stack": "cuda", "host": "linux", "gpu": "a GPU (made for the test)", "kernel": "6.8.0"},
+        "sections": {"pin_alloc": {"status": "ok"}},
+    }
+    probe.write_text(json.dumps(record))
+    release = vllm_info()["version"]
+    # A link already waiting where the probe record is written: replaced, its target untouched.
+    target = tmp_path / "results" / release / "probe"
+    target.mkdir(parents=True)
+    (target / IMPORTED_PROBE).symlink_to(secret)
+    done = import_run(folder, tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert secret.read_text() == "a file of this machine's" and not (target / IMPORTED_PROBE).is_symlink()
+    # A probe record in the folder that is a link to a file of the importing machine: refused in one line,
+    # before anything is written.
+    probe.unlink()
+    probe.symlink_to(secret)
+    done = import_run(folder, tmp_path / "again")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "a symbolic link, where the file itself is expected" in done.stderr
+    assert not (tmp_path / "again" / "results").exists()
 
 
 def test_mistakes_are_one_line(tmp_path):

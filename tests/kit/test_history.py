@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +15,7 @@ import pytest
 from conftest import ROOT, run_module
 from test_report import NOW, envelope, gate_case
 
+from matrix import history_cache
 from matrix.errors import MatrixError
 from matrix.releases import HISTORY_VERSIONS
 from matrix.report import render_html, render_json, render_md
@@ -23,6 +25,7 @@ from matrix.report.render_json import SCHEMA_FILE
 from matrix.report.view import build_view, evidence_sentence
 
 PUBLISHED = ROOT / "docs" / "matrix" / "compat.json"
+COMMITTED_HISTORY = ROOT / "docs" / "evidence" / "history"
 
 
 def rocm_new_kernel(tmp_path, version: str, pin: str):
@@ -238,6 +241,45 @@ def test_the_published_matrix_was_made_by_a_committed_kit_on_this_branch(publish
     if found.returncode == 128:
         pytest.skip(f"kit commit {commit} is not in this checkout's history (a shallow clone or no git)")
     assert found.returncode == 0, f"docs/matrix was made at {commit}, which is not an ancestor of HEAD"
+
+
+def test_the_history_behind_the_published_matrix_is_committed_whole_beside_it(published):
+    # What a fresh clone reuses instead of recomputing (matrix.history_cache): each release's files, as the
+    # matrix read them, under a manifest that names each with its hash and the key it was computed under.
+    read = {}
+    for name in published["inputs"]["files"]:
+        release, cell_file = Path(name).parts[-2:]
+        read.setdefault(release, set()).add(cell_file)
+    cases = 0
+    for release, cell_files in sorted(read.items()):
+        entry = COMMITTED_HISTORY / release
+        assert history_cache.cached_entry(entry) == entry, f"{entry} is not whole: run `nox -s publish`, commit docs/"
+        assert {p.name for p in entry.glob("*.xml")} == cell_files, release
+        cases += sum(len(history_cache.normalised(entry)[name][1]) for name in cell_files)
+    assert cases == published["inputs"]["testcases_read"]
+
+
+def test_what_publish_rewrites_leaves_the_kit_commit_clean_and_a_code_change_does_not(tmp_path):
+    # publish rewrites docs/matrix/ and docs/evidence/ and then names the kit's commit in what it wrote:
+    # its own outputs must not make that commit "+dirty", a change to the kit's code must.
+    kit = tmp_path / "kit"
+    shutil.copytree(ROOT / "matrix", kit / "matrix", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("docs/matrix/COMPATIBILITY.md", "docs/evidence/history/0.33.0/manifest.json", "README.md"):
+        (kit / name).parent.mkdir(parents=True, exist_ok=True)
+        (kit / name).write_text("committed\n")
+    git = ["git", "-C", str(kit), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "kit"]):
+        subprocess.run([*git, *argv], check=True)
+
+    def commit() -> str:
+        code = "from matrix.host import facts; print(facts.kit_commit())"
+        return subprocess.run([sys.executable, "-c", code], cwd=kit, capture_output=True, text=True).stdout.strip()
+
+    for name in ("docs/matrix/COMPATIBILITY.md", "docs/evidence/history/0.33.0/manifest.json"):
+        (kit / name).write_text("published again\n")
+    assert not commit().endswith("+dirty")
+    (kit / "README.md").write_text("changed\n")
+    assert commit().endswith("+dirty")
 
 
 def test_every_published_cell_answers_the_three_questions(published):

@@ -280,6 +280,62 @@ def test_a_recheck_that_differs_names_each_difference_and_keeps_the_cached_copy(
     assert 'value="True"' in cached
 
 
+def test_a_fresh_clone_reuses_the_committed_results_of_its_own_key_and_publish_keeps_them_current(tmp_path):
+    committed = tmp_path / "kit" / "docs" / "evidence" / "history"
+    first = Release()
+    outcomes = history(tmp_path / "a", first, committed=committed, record=True)
+    assert [o.action for o in outcomes] == ["computed", "computed"]
+    for outcome in outcomes:
+        assert history_cache.committed_entry(committed / outcome.version, outcome.key) == committed / outcome.version
+    # Another machine, its user cache empty: the committed results are placed and nothing runs.
+    clone = Release()
+    outcomes = history(tmp_path / "b", clone, committed=committed)
+    assert [o.action for o in outcomes] == ["reused", "reused"] and clone.runs == []
+    assert outcomes[0].line().startswith(f"vLLM 0.32.0: reused its committed results (key {outcomes[0].key})")
+    placed = tmp_path / "b" / "results" / "0.33.0" / "cuda-linux-v1-graph.xml"
+    assert placed.read_text() == (tmp_path / "a" / "results" / "0.33.0" / "cuda-linux-v1-graph.xml").read_text()
+    # A recheck compares with the committed copy and leaves it as it was.
+    before = {p.name: p.read_bytes() for p in (committed / "0.33.0").iterdir()}
+    (rechecked,) = [
+        o
+        for o in history(tmp_path / "c", Release(), committed=committed, recheck=frozenset({"0.33.0"}), record=True)
+        if o.version == "0.33.0"
+    ]
+    assert (rechecked.action, rechecked.differences) == ("recomputed", ())
+    assert "same as its committed copy" in rechecked.line()
+    assert {p.name: p.read_bytes() for p in (committed / "0.33.0").iterdir()} == before
+
+
+def test_committed_results_of_another_key_are_never_used_and_only_publish_replaces_them(tmp_path):
+    committed = tmp_path / "committed"
+    history(tmp_path / "a", Release(), committed=committed, record=True)
+    stale = {p.name: p.read_bytes() for p in (committed / "0.33.0").iterdir()}
+    other = [KeyInputs(v, "another lock", "torch==2.13.0", "3.11.7", (), "recipe", ()) for v in ("0.33.0",)]
+
+    def run(release: Release, record: bool) -> Outcome:
+        (outcome,) = run_history(
+            other,
+            release,
+            results=tmp_path / "r",
+            cache=tmp_path / "c",
+            scratch=tmp_path / "s",
+            committed=committed,
+            record=record,
+            say=lambda line: None,
+        )
+        return outcome
+
+    history_run = Release(observed="False")
+    assert run(history_run, record=False).action == "computed" and history_run.runs == ["0.33.0"]
+    assert {p.name: p.read_bytes() for p in (committed / "0.33.0").iterdir()} == stale
+    publish_run = Release(observed="False")
+    outcome = run(publish_run, record=True)  # reused from the user cache, and committed under its key
+    assert outcome.action == "reused" and publish_run.runs == []
+    assert history_cache.committed_entry(committed / "0.33.0", outcome.key) == committed / "0.33.0"
+    assert 'value="False"' in (committed / "0.33.0" / "cuda-linux-v1-graph.xml").read_text()
+    assert not [p for p in committed.iterdir() if p.name.startswith(history_cache.PARTIAL_PREFIX)]
+
+
 def test_a_run_cut_short_stores_nothing_and_a_damaged_entry_is_never_used(tmp_path):
     def cut_short(version: str, out: Path) -> None:
         (out / "cuda-linux-v1-graph.xml").write_text("<testsuites>")

@@ -5,6 +5,7 @@ The inputs are JUnit files as a runner could write them: a release, a cell prope
 and an observed value that hold line breaks, workflow commands and invisible characters."""
 
 import json
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,20 @@ from conftest import run_module
 
 CELL = "cuda-linux-v1-graph"
 # As XML character references: a raw line break in an attribute would be read as a space.
-HOSTILE = "x&#10;::error::pwned&#13;::add-mask::x&#10;  ::stop-commands::tok&#x202E;gpj.exe&#x200B;"
+# The runner also reads its legacy form, ##[command], anywhere in a line (not only at its start).
+HOSTILE = (
+    "x&#10;::error::pwned&#13;::add-mask::x&#10;  ::stop-commands::tok&#x202E;gpj.exe&#x200B; ##[error]legacy"
+    " ###[add-mask]y&#xAD;&#xE0041;&#x3164;&#xFE0F;"
+)
 COMMANDS = ("::error::pwned", "::add-mask::x", "::stop-commands::tok")
-UNSEEN = {"\u202e": "\\u202e", "\u200b": "\\u200b"}
+UNSEEN = {
+    "\u202e": "\\u202e",
+    "\u200b": "\\u200b",
+    "\xad": "\\xad",  # soft hyphen
+    "\U000e0041": "\\U000e0041",  # a tag character
+    "\u3164": "\\u3164",  # Hangul filler
+    "\ufe0f": "\\ufe0f",  # variation selector
+}
 
 
 def hostile_results(folder: Path) -> Path:
@@ -44,7 +56,7 @@ def hostile_results(folder: Path) -> Path:
 
 
 def assert_nothing_runs_or_hides(text: str) -> None:
-    commands = [line for line in text.splitlines() if line.lstrip().startswith("::")]
+    commands = [line for line in text.splitlines() if line.lstrip().startswith("::") or "##[" in line]
     assert commands == []
     assert [ch for ch in UNSEEN if ch in text] == []
 
@@ -115,3 +127,16 @@ def test_the_doctor_prints_no_workflow_command_from_a_matrix_or_a_variable(tmp_p
     assert done.returncode == 0, done.stderr
     assert_nothing_runs_or_hides(done.stdout + done.stderr)
     assert all(command in done.stdout for command in COMMANDS), done.stdout
+
+
+def test_every_character_that_shows_nothing_is_escaped_and_printable_text_is_kept():
+    # Against this Python's Unicode database: controls, format characters (Cf), line and paragraph separators,
+    # and the fillers and selectors that are letters or marks to Unicode but show nothing.
+    from matrix.report.visible import visible
+
+    fillers = [0x34F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x3164, 0xFFA0, *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)]
+    unseen = [c for c in range(0x110000) if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp")] + fillers
+    assert [hex(c) for c in unseen if visible(chr(c)) == chr(c)] == []
+    kept = "vLLM 0.33.0 · ✔ works — «NVIDIA H200» café 日本語 # #[x] ## [y] C#"
+    assert visible(kept) == kept
+    assert visible("##[error]x ###[y]") == "\\x23#[error]x #\\x23#[y]"

@@ -80,6 +80,29 @@ def test_this_machines_home_is_shown_as_a_tilde_wherever_it_is(cli, tmp_path):
 tokens = st.text(string.ascii_letters + string.digits, min_size=36, max_size=40)
 
 
+@pytest.mark.parametrize("name", ["CUDA_PASSWD", "NVIDIA_API_PRIVATE", "TORCH_PAT", "VLLM_COOKIE", "HIP_DB_PASS"])
+def test_a_variable_named_as_a_secret_is_redacted_whole(name):
+    assert redact({name: "Canary5ecret", "TORCH_PATH_X": "/opt/torch"}) == {
+        name: REDACTED,
+        "TORCH_PATH_X": "/opt/torch",
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("Authorization: Bearer Canary5ecret", "Authorization: Bearer <redacted>"),
+        ("--password Canary5ecret --port 80", "--password <redacted> --port 80"),
+        ("--db-pass=Canary5ecret", "--db-pass=<redacted>"),
+        ("user=a pass=Canary5ecret;x=1", "user=a pass=<redacted>;x=1"),
+        ("api_key: Canary5ecret", "api_key: <redacted>"),
+        ("--max-num-batched-tokens 8192 --passes 2", "--max-num-batched-tokens 8192 --passes 2"),
+    ],
+)
+def test_a_secret_inside_a_value_is_redacted_by_its_place_and_the_rest_kept(value, kept):
+    assert redact({"VLLM_ARGS": value}) == {"VLLM_ARGS": kept}
+
+
 @given(prefix=st.sampled_from(["ghp_", "gho_", "ghs_", "github_pat_", "hf_"]), token=tokens)
 def test_a_token_is_redacted_wherever_it_sits_in_a_value(prefix, token):
     (value,) = redact({"VLLM_X": f"--flag={prefix}{token} --other"}).values()

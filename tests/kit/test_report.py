@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import html
 import json
+import os
 import shutil
 from pathlib import Path
 from xml.etree import ElementTree
@@ -287,7 +289,8 @@ def test_bad_files_are_named_and_the_good_ones_reported_through_the_command(tmp_
     bad = ["unknown_encoding.xml", "truncated.xml", "testcase_outside_suite.xml", "deep_nesting.xml"]
     out = tmp_path / "out"
     done = run_module("matrix", "report", *(str(CORPUS / n) for n in [*bad, "bom_crlf.xml"]), "--out", str(out))
-    assert done.returncode == 0, done.stderr  # nothing regressed: a bad input is listed, not a failure
+    # A bad input is listed, not a failure; but the stray test case failed, and no failure is green.
+    assert done.returncode == 1 and "error: 1 failing test case(s) in no cell" in done.stderr, done.stderr
     assert "read 5 file(s), 4 test case(s); unattributed 1, unreadable 2" in done.stdout
     document = json.loads((out / "compat.json").read_text())
     reasons = {Path(p["path"]).name: p["reason"] for p in document["inputs"]["unreadable"]}
@@ -302,6 +305,106 @@ def test_bad_files_are_named_and_the_good_ones_reported_through_the_command(tmp_
         "rocm-wsl2old-v1-eager": ["beside_stray"],
         "rocm-wsl2old-v2-eager": ["deepest"],
     }
+
+
+def test_a_failing_test_in_no_cell_is_named_in_every_output_and_fails_the_report(tmp_path):
+    # A bare test case outside any suite, and a suite whose cell id no cell has (upper case): both counted before,
+    # but their failures reached no output by name and the report exited 0.
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    failing = '<testcase classname="t" name="{}"><failure message="{}">trace</failure></testcase>'
+    (inputs / "bare.xml").write_text(
+        f"<testsuites>{failing.format('test_bare', 'pinned copy hung')}<testcase name='ok'/></testsuites>"
+    )
+    write_suite(
+        inputs / "upper.xml", "CUDA-LINUX-V1-GRAPH", [failing.format(f"test_{n}", f"boom {n}") for n in range(25)]
+    )
+    write_suite(inputs / "good.xml", "cuda-linux-v1-graph", ['<testcase name="t"/>'])
+    out = tmp_path / "out"
+    done = run_module("matrix", "report", str(inputs), "--out", str(out))
+    assert done.returncode == 1, done.stderr
+    assert "error: 26 failing test case(s) in no cell, in 2 file(s)" in done.stderr
+    document = json.loads((out / "compat.json").read_text())
+    unplaced = {Path(p["path"]).name: p for p in document["inputs"]["unattributed"]}
+    assert unplaced["bare.xml"]["failed"] == 1 and unplaced["bare.xml"]["testcases"] == 2
+    assert unplaced["bare.xml"]["failures"] == ["t::test_bare: failed: pinned copy hung trace"]
+    assert unplaced["upper.xml"]["failed"] == 25 and len(unplaced["upper.xml"]["failures"]) == 20
+    for name in ("COMPATIBILITY.md", "index.html"):
+        text = html.unescape((out / name).read_text())
+        assert "t::test_bare: failed: pinned copy hung" in text and "t::test_0: failed: boom 0" in text, name
+        assert "25 failed" in text and "and 5 more" in text, name
+
+
+def test_special_files_and_links_out_of_the_input_are_named_never_read(tmp_path):
+    # A FIFO named *.xml blocked the reader for ever; /dev/zero behind a link filled the memory; a link out of
+    # the directory given was read as the runner's own file; a ** glob over two links to their own parent walked
+    # for ever. Each is now one line among the inputs, and the good file beside them counts.
+    inputs = tmp_path / "in"
+    (inputs / "sub").mkdir(parents=True)
+    write_suite(inputs / "good.xml", "cuda-linux-v1-graph", ['<testcase name="t"/>'])
+    os.mkfifo(inputs / "fifo.xml")
+    (inputs / "zero.xml").symlink_to("/dev/zero")
+    outside = write_suite(tmp_path / "outside.xml", "cuda-linux-v2-graph", ['<testcase name="t"/>'])
+    (inputs / "outside.xml").symlink_to(outside)
+    (inputs / "sub" / "loop").symlink_to("..")
+    (inputs / "sub" / "again").symlink_to("..")
+    for args in ([str(inputs)], [str(inputs / "**" / "*.xml")], [str(inputs / "fifo.xml"), "/dev/zero"]):
+        out = tmp_path / "out"
+        done = run_module("matrix", "report", *args, "--out", str(out), timeout=120)
+        document = json.loads((out / "compat.json").read_text())
+        unreadable = {Path(p["path"]).name: p["reason"] for p in document["inputs"]["unreadable"]}
+        if args[0] == str(inputs):
+            assert done.returncode == 0, done.stderr
+            assert unreadable == {
+                "fifo.xml": "not a regular file (a FIFO)",
+                "outside.xml": f"a link out of {inputs}, to {outside}: not read",
+                "zero.xml": f"a link out of {inputs}, to /dev/zero: not read",
+            }
+        elif "**" in args[0]:  # a glob reads what it names, links to files included, but never descends a link
+            assert done.returncode == 0, done.stderr
+            assert unreadable == {
+                "fifo.xml": "not a regular file (a FIFO)",
+                "zero.xml": "not a regular file (a character device)",
+            }
+            assert len(document["inputs"]["files"]) == 4
+        else:
+            assert unreadable == {
+                "fifo.xml": "not a regular file (a FIFO)",
+                "zero": "not a regular file (a character device)",
+            }
+
+
+@pytest.mark.parametrize(
+    ("cell", "env", "says"),
+    [
+        ("cuda-wsl2new-v1-graph", {"gpu": "none", "wsl": "false"}, "its envelope records no GPU"),
+        ("cuda-wsl2new-v1-graph", {"gpu": "NVIDIA H200", "wsl": "false"}, "its envelope says the host was not in WSL"),
+        ("cuda-linux-v1-graph", {"gpu": "NVIDIA H200", "wsl": "true"}, "its envelope says the host was in WSL"),
+        (
+            "cuda-wsl2old-v1-graph",
+            {"gpu": "NVIDIA H200", "wsl": "true", "detected_host": "wsl2new"},
+            "detected as wsl2new",
+        ),
+        ("cuda-wsl2new-v2-graph", {"gpu": "none", "execution": "emulated"}, "its envelope records no GPU"),
+    ],
+)
+def test_a_native_run_whose_envelope_contradicts_itself_is_suspect_never_evidence(tmp_path, cell, env, says):
+    # Believed before for its own cell, with or without --runners: "native" on a WSL2 cell, no GPU, not WSL.
+    props = {"execution": "native", **env}
+    result = write_suite(tmp_path / "r.xml", cell, ['<testcase name="t"/>'], **props)
+    out = tmp_path / "out"
+    done = run_module("matrix", "report", str(result), "--out", str(out))
+    assert done.returncode == 1 and "their envelope contradicts" in done.stderr, done.stderr
+    document = json.loads((out / "compat.json").read_text())
+    (suspect,) = document["inputs"]["suspect"]
+    assert suspect["cell"] == cell and says in suspect["contradiction"]
+    (release,) = document["versions"]
+    assert all(c["status"] == "missing" for c in release["cells"])
+    consistent = {"gpu": "NVIDIA H200", "wsl": "true", "detected_host": "wsl2new"}
+    good = write_suite(
+        tmp_path / "good.xml", "cuda-wsl2new-v1-graph", ['<testcase name="t"/>'], execution="native", **consistent
+    )
+    assert report_of(good).inputs.suspect == []
 
 
 @pytest.mark.parametrize("where", ["nowhere/*.xml", "empty-directory"])
@@ -355,6 +458,50 @@ def test_a_known_failure_that_starts_passing_is_fixed(tmp_path):
     cell = by_id(report_of(fixed))["rocm-wsl2new-v1-graph"]
     assert cell.status is Status.FIXED
     assert cell.issues == ["https://github.com/vllm-project/vllm/issues/49861"]
+
+
+def test_an_xpass_message_on_a_case_that_is_no_known_failure_is_a_regression(tmp_path):
+    # Any failing test can write pytest's "[XPASS(strict)]": shown "fixed", exit 0, before.
+    forged = '<testcase classname="tests.cell.test_repro" name="test_engine_starts_and_generates[x]">'
+    forged += '<failure message="[XPASS(strict)] it started"/></testcase>'
+    result = write_suite(tmp_path / "r.xml", "cuda-linux-v1-graph", [forged])
+    assert by_id(report_of(result))["cuda-linux-v1-graph"].status is Status.REGRESSION
+    done = run_module("matrix", "report", str(result), "--out", str(tmp_path / "out"))
+    assert done.returncode == 1 and "cuda-linux-v1-graph (regression" in done.stderr, done.stderr
+
+
+def test_a_native_run_whose_engine_never_ran_answers_the_engine_questions_as_a_prediction(tmp_path):
+    # Every engine case skipped (the GPU was busy, the deadline came): vLLM's decisions on that host are native
+    # facts, but whether its engine starts and offloads is what the gate predicts, not what was run.
+    native = {"execution": "native", "gpu": "NVIDIA H200", "wsl": "false", "detected_host": "linux"}
+    gate = [
+        gate_case(f"{k}{p}", k, p, v)
+        for k, v in (("imports", "True"), ("pin", "True"), ("offload_path", "uva"))
+        for p in ("unset", "1")
+    ]
+    engine = '<testcase classname="tests.cell.test_repro" name="test_engine_starts_and_generates[{}]">{}</testcase>'
+
+    def levels(engine_cases: list[str]) -> dict[str, str]:
+        result = write_suite(tmp_path / "r.xml", "cuda-linux-v1-graph", [*gate, *engine_cases], **native)
+        report = report_of(result)
+        verdicts = report.verdicts_of(by_id(report)["cuda-linux-v1-graph"])
+        return {a.question.value: a.level.value for a in verdicts.answers}
+
+    skipped = [engine.format(p, '<skipped message="the engine did not run"/>') for p in ("unset", "1")]
+    assert levels(skipped) == {
+        "engine_start": "predicted",
+        "offload_with_graphs": "predicted",
+        "pinned_memory": "native",
+    }
+    ran = [
+        engine.format(
+            p,
+            f'<properties><property name="gate_key" value="repro"/><property name="pin_env" value="{p}"/>'
+            '<property name="observed" value="works"/></properties>',
+        )
+        for p in ("unset", "1")
+    ]
+    assert levels(ran) == {"engine_start": "native", "offload_with_graphs": "native", "pinned_memory": "native"}
 
 
 def test_missing_crashed_stale_and_misrouted(tmp_path):

@@ -8,6 +8,7 @@ results are faked, written with the kit's own writer as a cell session's split w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from matrix.cells import CELLS, Cell, select
+from matrix.cells import CELLS, Cell, Host, select
 from matrix.envelope import RunInfo
 from matrix.junit import write_cell_results
 from matrix.plan import CellPlan, Execution, Plan
@@ -73,8 +74,19 @@ def upload(artifacts: Path, name: str, results: Path) -> None:
     shutil.copytree(results, artifacts / name)
 
 
-def fake_results(out: Path, cells: list[Cell], execution: Execution, crashed: tuple[Cell, ...] = ()) -> None:
-    """The files a cell session's split writes, for a run nobody could do here: every test passed, or none ran."""
+def runner_run(host: Host) -> RunInfo:
+    """RUN as a runner on ``host`` with a GPU records it: an envelope that contradicts itself is not believed."""
+    env = {**RUN.env, "host": {"detected": host.value}, "wsl": {"is_wsl": host.is_wsl}}
+    return dataclasses.replace(RUN, env={**env, "gpu": {"devices": [{"name": "a GPU (faked for the test)"}]}})
+
+
+def fake_results(
+    out: Path, cells: list[Cell], execution: Execution, crashed: tuple[Cell, ...] = (), host: Host | None = None
+) -> None:
+    """The files a cell session's split writes, for a run nobody could do here: every test passed, or none ran.
+
+    On a runner of ``host`` (default: the cells' own)."""
+    run = runner_run(host or cells[0].host) if execution is Execution.NATIVE else RUN
     out.mkdir(parents=True, exist_ok=True)
     raw = out / "pytest.junit"  # not *.xml, and removed: only the split's files are uploaded
     cases = "".join(
@@ -84,8 +96,8 @@ def fake_results(out: Path, cells: list[Cell], execution: Execution, crashed: tu
     )
     raw.write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
     ran = [CellPlan(c, execution, "faked for the test") for c in cells if c not in crashed]
-    write_cell_results(ran, raw, RUN, out)
-    write_cell_results([CellPlan(c, execution, "faked for the test") for c in crashed], None, RUN, out)
+    write_cell_results(ran, raw, run, out)
+    write_cell_results([CellPlan(c, execution, "faked for the test") for c in crashed], None, run, out)
     raw.unlink()
 
 
@@ -127,7 +139,7 @@ def runner_artifacts(workspace: Path, jobs: list[dict], honest: bool) -> Path:
         upload(artifacts, job["artifact"], results)
     if not honest:
         liar = artifacts / "junit-cuda-linux" / VLLM_VERSION / "cell"
-        fake_results(liar, [Cell.parse("cuda-wsl2new-v1-graph")], Execution.NATIVE)
+        fake_results(liar, [Cell.parse("cuda-wsl2new-v1-graph")], Execution.NATIVE, host=Host.WSL2NEW)
     return artifacts
 
 
