@@ -17,6 +17,8 @@ no caller has to pass the deadline along.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import json
 import multiprocessing
 import os
@@ -65,7 +67,31 @@ class Outcome:
         return self.status == "ok"
 
 
-def _child(fn: Callable[[Any], Any], arg: Any, conn: Connection, log_path: str) -> None:
+# Linux's prctl option by which a process asks for a signal when the thread that started it ends.
+_PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    # Loaded in the parent, before any fork: loading a library between fork and exec can deadlock.
+    return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def die_with_parent(parent: int) -> None:
+    """In a child: be killed (SIGKILL) when ``parent`` ends, however it ends, SIGKILL included.
+
+    A child holding vLLM (or an engine holding the GPU) must not outlive a session stopped from outside: a
+    session's ``finally`` does not run when it is killed. Linux only; elsewhere nothing to ask.
+    """
+    libc = _libc()
+    if libc is None or libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return
+    if os.getppid() != parent:  # the parent ended before the request was made: nothing would signal us
+        os._exit(1)
+
+
+def _child(fn: Callable[[Any], Any], arg: Any, conn: Connection, log_path: str, parent: int) -> None:
+    die_with_parent(parent)
     # vLLM logs to stdout; keep the child's output in a file the parent reads back.
     fd = os.open(log_path, os.O_WRONLY | os.O_TRUNC)
     os.dup2(fd, 1)
@@ -91,6 +117,7 @@ def run_isolated(
 ) -> list[Outcome]:
     """Run ``fn(arg)`` for each arg in its own forked child, ``jobs`` at a time."""
     ctx = multiprocessing.get_context("fork")
+    _libc()
     jobs = max(1, jobs or os.cpu_count() or 1)
     pending = list(enumerate(args))
     running: dict[int, tuple] = {}
@@ -106,7 +133,7 @@ def run_isolated(
                 log_path = os.path.join(tmp, f"{index}.log")
                 open(log_path, "w").close()
                 receiver, sender = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(fn, arg, sender, log_path), daemon=True)
+                proc = ctx.Process(target=_child, args=(fn, arg, sender, log_path, os.getpid()), daemon=True)
                 proc.start()
                 sender.close()
                 running[index] = (proc, receiver, log_path, time.monotonic(), allowed)
@@ -199,7 +226,17 @@ def run_command(argv: Sequence[str], env: dict[str, str], timeout: float) -> Com
         return CommandOutcome(None, NOT_STARTED, 0.0)
     started = time.monotonic()
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        parent = os.getpid()
+        _libc()
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            # Between fork and exec: the kernel keeps the request across exec.
+            preexec_fn=lambda: die_with_parent(parent),
+        )
         try:
             code: int | None = proc.wait(timeout=allowed)
         except subprocess.TimeoutExpired:

@@ -8,13 +8,17 @@ builds are read from package metadata and ``torch/version.py``.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import platform
 import re
+import selectors
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -25,14 +29,49 @@ from matrix.host.classify import Gpu, HostFacts, detect, environment_record
 WSL_LIB = "/usr/lib/wsl/lib"
 
 
-def _run(argv: list[str], timeout: float = 15) -> str | None:
+# A GPU tool answers in a second or two, in a few KiB; one that does neither is a broken (or hostile) tool on
+# PATH, and the doctor, the record and the plan must still end, in bounded memory.
+TOOL_TIMEOUT = 10.0
+TOOL_OUTPUT_LIMIT = 1 << 20
+
+
+def _run(argv: list[str], timeout: float = TOOL_TIMEOUT, limit: int = TOOL_OUTPUT_LIMIT) -> str | None:
+    """A tool's output, or None where it failed, hung past ``timeout`` or wrote more than ``limit`` bytes.
+
+    It runs in a process group of its own, killed whole when it is given up on: a tool that leaves a child
+    holding its output would otherwise keep the reader waiting, and the child running.
+    """
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
         return None
-    if done.returncode != 0:
+    chunks, size, ended = [], 0, False
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None
+    with proc.stdout, selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while size <= limit and time.monotonic() < deadline:
+            if not selector.select(max(0.0, deadline - time.monotonic())):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                ended = True
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    if not ended:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         return None
-    raw = done.stdout
+    if not ended or code != 0:
+        return None
+    raw = b"".join(chunks)
     # wsl.exe writes UTF-16LE to a pipe.
     if b"\x00" in raw:
         return raw.decode("utf-16-le", errors="replace").replace("\x00", "").strip()
@@ -67,8 +106,11 @@ def _amd_gpus(amd_smi: str | None, rocm_smi: str | None) -> tuple[Gpu, ...]:
             data = []
         gpus = []
         for entry in data if isinstance(data, list) else []:
-            asic = entry.get("asic", {}) if isinstance(entry, dict) else {}
-            driver = entry.get("driver", {}) if isinstance(entry, dict) else {}
+            # amd-smi writes "N/A" where a section has nothing to say: anything but an object is no facts.
+            asic = entry.get("asic") if isinstance(entry, dict) else None
+            driver = entry.get("driver") if isinstance(entry, dict) else None
+            asic = asic if isinstance(asic, dict) else {}
+            driver = driver if isinstance(driver, dict) else {}
             gpus.append(Gpu(str(asic.get("market_name", "AMD GPU")), str(driver.get("version", ""))))
         if gpus:
             return tuple(gpus)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -115,7 +116,25 @@ def parse(data: bytes) -> Any:
         raise MatrixError(f"nested deeper than {MAX_DEPTH} levels") from None
     if _depth(document) > MAX_DEPTH:
         raise MatrixError(f"nested deeper than {MAX_DEPTH} levels")
+    if _SURROGATE_ESCAPE.search(text):
+        document = _surrogates_shown(document)
     return document
+
+
+# JSON can spell half of a UTF-16 pair (``"\\ud800"``) where UTF-8 cannot: such a string cannot be written to
+# any output, and one runner's file once stopped the whole report. Kept as the escape it was written as.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogates_shown(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+    if isinstance(value, dict):
+        return {_surrogates_shown(k): _surrogates_shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_surrogates_shown(v) for v in value]
+    return value
 
 
 @cache

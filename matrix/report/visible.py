@@ -15,11 +15,12 @@ import re
 # Besides C0 controls: DEL and C1 controls, and every character that shows nothing or changes how its
 # neighbours show: Unicode's format characters (category Cf: soft hyphen, zero-width, bidi, the invisible
 # operators, tag characters, ...), the line and paragraph separators, the combining grapheme joiner, the
-# Hangul and Khmer fillers, and the variation selectors. tests/kit/test_hostile_text.py checks this list
+# Hangul and Khmer fillers, the variation selectors, and lone surrogates (a file name's undecodable bytes),
+# which no UTF-8 output can even hold. tests/kit/test_hostile_text.py checks this list
 # against the Unicode database of the Python running it.
 _UNSEEN = (
     "\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f"
-    "\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2"
+    "\u3164\ud800-\udfff\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2"
     "\U000110bd\U000110cd\U00013430-\U0001345f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
     "\U000e0000-\U000e007f\U000e0100-\U000e01ef"
 )

@@ -135,7 +135,7 @@ def test_every_character_that_shows_nothing_is_escaped_and_printable_text_is_kep
     from matrix.report.visible import visible
 
     fillers = [0x34F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x3164, 0xFFA0, *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)]
-    unseen = [c for c in range(0x110000) if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp")] + fillers
+    unseen = [c for c in range(0x110000) if unicodedata.category(chr(c)) in ("Cc", "Cf", "Cs", "Zl", "Zp")] + fillers
     assert [hex(c) for c in unseen if visible(chr(c)) == chr(c)] == []
     kept = "vLLM 0.33.0 · ✔ works — «NVIDIA H200» café 日本語 # #[x] ## [y] C#"
     assert visible(kept) == kept

@@ -3,6 +3,8 @@ described as HostFacts (plain values), which is all detection reads; the command
 are checked against what detection says about this machine, whatever it is."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +204,40 @@ def test_matrix_never_imports_torch_vllm_or_repro():
     env = {k: v for k, v in os.environ.items() if k != "WSLPIN_PRESENT_HOST"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie has ended: where no init reaps it, it stays listed)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.reads_host
+def test_hostile_gpu_tools_on_path_end_bounded_and_leave_no_process(cli, tmp_path):
+    # Stand-ins for the GPU tools, which this machine may not have: one hangs with a child that holds its
+    # output (the reader waited for ever, and the child outlived the command), one writes without end
+    # (5 M lines took 1.7 GB), one answers as amd-smi does where a section has nothing: "N/A" (a traceback).
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    child_pid = tmp_path / "child.pid"
+    scripts = {
+        "nvidia-smi": f"#!/bin/sh\nsleep 300 &\necho $! > {child_pid}\nwait\n",
+        "rocm-smi": "#!/bin/sh\nyes 'GPU[0], Radeon'\n",
+        "amd-smi": '#!/bin/sh\necho \'[{"asic": "N/A", "driver": "N/A"}]\'\n',
+    }
+    for name, text in scripts.items():
+        (tools / name).write_text(text)
+        (tools / name).chmod(0o755)
+    (tools / "amd-smi").rename(tmp_path / "amd-smi")  # else its answer comes first, and rocm-smi is not asked
+    path = {"PATH": f"{tools}:{os.environ['PATH']}"}
+    out = tmp_path / "env.json"
+    done = cli("env", "--out", str(out), env=path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["gpu"]["devices"] == []
+    assert not running(int(child_pid.read_text()))
+    (tmp_path / "amd-smi").rename(tools / "amd-smi")
+    done = cli("env", "--out", str(out), env=path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [d["name"] for d in json.loads(out.read_text())["gpu"]["devices"]] == ["AMD GPU"]

@@ -407,6 +407,22 @@ def test_a_native_run_whose_envelope_contradicts_itself_is_suspect_never_evidenc
     assert report_of(good).inputs.suspect == []
 
 
+def test_a_lone_surrogate_in_a_runners_nox_report_is_shown_and_every_output_written(tmp_path):
+    # JSON can spell half of a UTF-16 pair; written to a UTF-8 output it raised, and no site was made.
+    result = write_suite(tmp_path / "r.xml", "cuda-linux-v1-graph", ['<testcase name="t"/>'])
+    session = {"name": "cell", "signatures": ["cell(cuda, linux, v1, eager)"], "result": "failed"}
+    nox = tmp_path / "nox.json"
+    nox.write_text(json.dumps({"result": 1, "sessions": [{**session, "reason": "died \ud800 here"}]}))
+    assert "\\ud800" in nox.read_text()
+    out = tmp_path / "out"
+    done = run_module("matrix", "report", str(result), "--nox-report", str(nox), "--out", str(out))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["COMPATIBILITY.md", "compat.json", "index.html", "strips.svg"]
+    (release,) = json.loads((out / "compat.json").read_text())["versions"]
+    (crashed,) = [c for c in release["cells"] if c["id"] == "cuda-linux-v1-eager"]
+    assert crashed["status"] == "crashed" and "died \\ud800 here" in crashed["reason"]
+
+
 @pytest.mark.parametrize("where", ["nowhere/*.xml", "empty-directory"])
 def test_an_input_that_names_nothing_is_one_clear_error(tmp_path, where):
     (tmp_path / "empty-directory").mkdir()
