@@ -116,6 +116,9 @@ class Answer:
     # old only after `wsl --update` (``after_update``). The run it gets, for the why.
     fixed: Found | None = None
     after_update: bool = False
+    # On a kernel this old where nothing works as installed: after `wsl --update`, the newer kernel's way round
+    # (its runner or graph mode), which gets a run there (``after_update``; ``fixed``: the newer kernel's run).
+    then: Workaround | None = None
     # Not working as installed here: the first newer release in the matrix whose same cell works as installed.
     works_in: str | None = None
 
@@ -136,6 +139,8 @@ class Answer:
 
     @property
     def workaround(self) -> Workaround | None:
+        if self.then is not None:
+            return self.then
         return self.decisive.rule.workaround if self.decisive else None
 
     @property
@@ -281,6 +286,12 @@ def _verdict(
     helps = opt_in is not None and order.index(opt_in.outcome) < order.index(unset.outcome)
     best = opt_in if helps and opt_in is not None else unset
     verdict = {Outcome.SLOW: Verdict.SLOW, Outcome.IGNORED: Verdict.IGNORED, Outcome.FAILS: Verdict.BROKEN}
+    if best.rule.workaround is None and newer_kernel is not None and newer_kernel.workaround is not None:
+        # Nothing avoids it on this kernel, but after `wsl --update` the newer kernel's way round does.
+        then, ran = newer_kernel.workaround, newer_kernel.decisive
+        return Answer(
+            question, verdict[best.outcome], level, unset, opt_in, newer_kernel.and_opt_in, ran, True, then=then
+        )
     return Answer(question, verdict[best.outcome], level, unset, opt_in, helps)
 
 

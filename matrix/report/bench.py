@@ -55,15 +55,17 @@ def read_summary(path: Path) -> BenchSummary:
     )
 
 
-def latest_per_cell(directory: str | None) -> dict[str, BenchSummary]:
-    """Every ``bench.json`` under ``directory``, the newest per cell; a stand-in's runs are no cell's."""
+def latest_per_cell(directory: str | None) -> dict[tuple[str, str], BenchSummary]:
+    """Every ``bench.json`` under ``directory``, the newest per (cell, vLLM release): a newer run of another
+    release is that release's, and never hides this one's. A stand-in's runs are no cell's."""
     if not directory or not Path(directory).is_dir():
         return {}
-    latest: dict[str, BenchSummary] = {}
+    latest: dict[tuple[str, str], BenchSummary] = {}
     for path in sorted(Path(directory).rglob(RECORD_NAME)):
         summary = read_summary(path)
         if summary.server in (PLUMBING_SERVER, TEST_SERVER):
             continue
-        if summary.cell not in latest or summary.started_at > latest[summary.cell].started_at:
-            latest[summary.cell] = summary
+        key = (summary.cell, summary.vllm_version)
+        if key not in latest or summary.started_at > latest[key].started_at:
+            latest[key] = summary
     return latest

@@ -124,15 +124,14 @@ class Report:
     diff: Diff | None = None
     probes: list[Probe] = field(default_factory=list)
     changes: list[ReleaseChange] = field(default_factory=list)
-    benches: dict[str, BenchSummary] = field(default_factory=dict)  # the latest per cell id
+    benches: dict[tuple[str, str], BenchSummary] = field(default_factory=dict)  # the latest per (cell id, vLLM)
     verdicts: dict[tuple[str, str], CellVerdicts] = field(default_factory=dict)  # (vLLM, cell id)
     # Cells of runs that crashed before vLLM answered (no release to place them in): shown, never a release.
     unplaced: list[CellReport] = field(default_factory=list)
 
     def bench(self, cell: CellReport) -> BenchSummary | None:
-        """The cell's latest benchmark, shown with the release it ran."""
-        found = self.benches.get(cell.cell.id)
-        return found if found is not None and cell.vllm == found.vllm_version else None
+        """The cell's latest benchmark of its own release."""
+        return self.benches.get((cell.cell.id, cell.vllm))
 
     def default_runners(self, vllm: str) -> dict[str, str | None]:
         """Per model class, the runner vLLM's config picks with VLLM_USE_V2_MODEL_RUNNER unset, as the release's
@@ -329,6 +328,12 @@ def load_probes(directory: str | None) -> list[Probe]:
     return [read_probe(path) for path in sorted(Path(directory).glob("*.json"))]
 
 
+# Every release costs each output a grid of all 24 cells however little of it the inputs hold: a 300 KB file
+# naming 1,000 releases made 109 MB of report. Bounded, the outputs grow with the inputs' cases, not with the
+# names they make up; the published history has 13 releases.
+MAX_RELEASES = 64
+
+
 def build_report(
     inputs: list[str],
     *,
@@ -351,6 +356,12 @@ def build_report(
     gc.disable()
     try:
         read = read_inputs(inputs, claims)
+        releases = {vllm for vllm, _, _ in read.groups}
+        if len(releases) > MAX_RELEASES:
+            raise MatrixError(
+                f"the inputs name {len(releases)} vLLM releases, and a report holds at most {MAX_RELEASES} (each "
+                "adds a grid of 24 cells to every output, whatever the input holds): report fewer, a directory each"
+            )
         nox = nox_records(nox_reports or [])
         versions = build_cells(read, rules, now, max_age_days, nox, runners=claims.runners if claims else None)
         unplaced = without_release(versions)

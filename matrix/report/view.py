@@ -245,7 +245,8 @@ def advice(answer: Answer) -> Phrase:
             return ("no evidence yet: run the cell",)
     # Needs the update, or slow until it: `wsl --update` first, then the variable where the new kernel needs it.
     if answer.verdict is Verdict.NEEDS_WSL_UPDATE or answer.after_update:
-        return WSL_UPDATE + ((", then ", *SET_OPT_IN) if answer.and_opt_in else ())
+        then = (", then ", *WORKAROUNDS[answer.then]) if answer.then is not None else ()
+        return WSL_UPDATE + ((", then ", *SET_OPT_IN) if answer.and_opt_in else ()) + then
     steps = [SET_OPT_IN] if answer.and_opt_in else []
     if answer.workaround is not None:
         steps.append(WORKAROUNDS[answer.workaround])

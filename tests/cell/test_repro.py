@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from matrix.cells import Host
+from matrix.files import write_file
 from matrix.host import classify, facts
 from matrix.plan import Execution
 from matrix.variables import GATE_PIN_VALUES
@@ -152,9 +153,9 @@ def probe_results(request, plans):
     results = {name: probe.run_section(name) for name in probe.SECTIONS}
     out = request.config.getoption("--probe-out")
     if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
         here = classify.detect(facts.collect_facts())
-        Path(out).write_text(json.dumps(probe.metrics_document(results, probe.host_of(here)), indent=2) + "\n")
+        document = json.dumps(probe.metrics_document(results, probe.host_of(here)), indent=2) + "\n"
+        write_file(Path(out).parent, Path(out).name, document.encode())  # never through a link waiting there
     return results
 
 

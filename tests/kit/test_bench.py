@@ -219,3 +219,21 @@ def _here():
     from matrix.host import classify, facts
 
     return classify.detect(facts.collect_facts())
+
+
+def test_a_newer_benchmark_of_another_release_never_hides_a_cells_own(tmp_path):
+    # Keyed by cell alone, the 0.32.0 record (newer) replaced 0.33.0's, and the 0.33.0 cell showed no benchmark.
+    def record(where: str, vllm: str, started: str, verdict: str) -> None:
+        path = tmp_path / "bench" / where / "bench.json"
+        path.parent.mkdir(parents=True)
+        document = {"schema": BENCH_SCHEMA, "cell": "cuda-wsl2new-v2-graph", "started_at": started, "server": "vllm"}
+        document |= {"vllm_version": vllm, "outcome": "ok", "headline": {"concurrency": 4, "verdict": verdict}}
+        path.write_text(json.dumps(document))
+
+    record("a", "0.33.0", "2026-11-20T10:00:00+00:00", "this release's own")
+    record("b", "0.32.0", "2026-11-28T10:00:00+00:00", "another release's")
+    found = latest_per_cell(str(tmp_path / "bench"))
+    assert {key: s.verdict for key, s in found.items()} == {
+        ("cuda-wsl2new-v2-graph", "0.33.0"): "this release's own",
+        ("cuda-wsl2new-v2-graph", "0.32.0"): "another release's",
+    }

@@ -329,6 +329,12 @@ def test_what_a_user_gets_follows_each_releases_own_facts(published):
     # No CUDA engine starts below kernel 4.19.121, and the answer says it rests on NVIDIA's documentation.
     start = cell(published, "0.33.0", "cuda-wsl2old-v1-graph")["verdicts"]["engine_start"]
     assert (start["verdict"], start["level"]) == ("needs-wsl-update", "documented")
+    # Where nothing avoids it on the old kernel, but the newer kernel's way round does: the update, then that.
+    start = cell(published, "0.23.0", "cuda-wsl2old-v2-graph")["verdicts"]["engine_start"]
+    assert (start["verdict"], start["advice"]) == (
+        "broken",
+        "run wsl --update (kernel ≥ 4.19.121), then use the V1 runner: VLLM_USE_V2_MODEL_RUNNER=0",
+    )
 
 
 def test_the_published_matrix_agrees_with_the_rules(published):

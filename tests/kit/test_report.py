@@ -423,6 +423,20 @@ def test_a_lone_surrogate_in_a_runners_nox_report_is_shown_and_every_output_writ
     assert crashed["status"] == "crashed" and "died \\ud800 here" in crashed["reason"]
 
 
+def test_a_small_input_naming_many_releases_is_refused_before_anything_is_written(tmp_path):
+    # Each release adds all 24 cells to every output: 300 KB naming 1,000 releases made 109 MB of report.
+    suite = (
+        '<testsuite name="s"><properties><property name="cell_id" value="cuda-linux-v1-graph"/>'
+        '<property name="vllm_version" value="0.{}.0"/><property name="execution" value="gate-only"/></properties>'
+        '<testcase classname="c" name="t"/></testsuite>'
+    )
+    (tmp_path / "many.xml").write_text("<testsuites>" + "".join(suite.format(i) for i in range(65)) + "</testsuites>")
+    out = tmp_path / "out"
+    done = run_module("matrix", "report", str(tmp_path / "many.xml"), "--out", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and not out.exists(), done.stderr
+    assert "the inputs name 65 vLLM releases, and a report holds at most 64" in done.stderr
+
+
 @pytest.mark.parametrize("where", ["nowhere/*.xml", "empty-directory"])
 def test_an_input_that_names_nothing_is_one_clear_error(tmp_path, where):
     (tmp_path / "empty-directory").mkdir()
