@@ -452,7 +452,7 @@ def run_history(
                 _place(where, results / version)
             outcome = Outcome(version, key, action, time.perf_counter() - started, differences, source)
             computed.append(outcome.seconds)
-        if record and committed is not None and found is not None and found != committed / version:
+        if record and committed is not None and found is not None and committed_entry(committed / version, key) is None:
             store(committed / version, found, inputs)
         say(outcome.line())
         outcomes.append(outcome)
