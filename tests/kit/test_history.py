@@ -403,6 +403,7 @@ def test_history_runs_each_release_through_the_cell_sessions_path(tmp_path, monk
     import noxfile
 
     monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "committed")  # not the kit's: this run's own
 
     gate = RecordingSession("gate", tmp_path / "gate", [])
     history = RecordingSession("history", tmp_path / "history", ["--versions", "0.33.0"])
@@ -437,6 +438,7 @@ def test_every_install_of_vllm_and_the_kit_writes_bytecode(tmp_path, monkeypatch
     import noxfile
 
     monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "committed")  # not the kit's: this run's own
     gate = RecordingSession("gate", tmp_path / "gate", [])
     history = RecordingSession("history", tmp_path / "history", ["--versions", "0.33.0", "--fresh"])
     for session in (gate, history):
@@ -467,6 +469,7 @@ def test_history_reuses_a_release_whose_key_is_unchanged_and_fresh_runs_it_again
     import noxfile
 
     monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "committed")  # not the kit's: this run's own
     monkeypatch.setattr(noxfile, "RESULTS", tmp_path / "results")
 
     def pytest_runs(*posargs: str) -> int:
