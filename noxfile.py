@@ -337,7 +337,7 @@ def _release_python(session: nox.Session, version: str) -> str:
 
 
 # Each release's history results for the key this kit gives them, committed: a fresh clone (CI's) reuses them.
-COMMITTED_HISTORY = Path("docs/evidence/history")
+COMMITTED_HISTORY = Path("docs/evidence/history.tar.xz")
 # The `python -m matrix` commands a release's history runs (_test_cells, _record_environment): their code is in the key.
 HISTORY_COMMANDS = ("env", "plan", "split")
 

@@ -93,9 +93,10 @@ class Host(Axis):
 
     @property
     def label(self) -> str:
-        """The self-hosted runner label for this host."""
+        """The self-hosted runner label for this host: never one GitHub gives a runner by default (every runner
+        on Linux, WSL2's included, carries ``linux``), so that a WSL2 runner never takes a native-Linux job."""
         return {
-            Host.LINUX: "linux",
+            Host.LINUX: "native-linux",
             Host.WSL2OLD: "wsl2-kernel-old",
             Host.WSL2NEW: "wsl2-kernel-new",
         }[self]

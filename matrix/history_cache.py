@@ -20,9 +20,11 @@ The key hashes, and each is in it because the results change with it:
 The third-party packages the kit itself depends on are resolved when a release's venv is made and are in no
 key; ``--recheck`` recomputes releases whose key is unchanged and fails where the result moved anyway.
 
-Beside the user's cache, the kit commits each release's entry for its key (``docs/evidence/history/<v>/``, written
-by ``nox -s publish``): a fresh clone, CI's among them, reuses those whose key its own code gives, so an empty
-user cache costs no recomputation, and the committed matrix can be checked against the results it came from.
+Beside the user's cache, the kit commits each release's entry for its key, all in one archive
+(``docs/evidence/history.tar.xz``, written by ``nox -s publish``): a fresh clone, CI's among them, reuses those
+whose key its own code gives, so an empty user cache costs no recomputation, and the committed matrix can be
+checked against the results it came from. One xz archive because the 13 releases' files are 9.7 MB as files and
+45 KB together (they repeat each other), and the kit's tree travels whole to a borrowed GPU machine, 64 MiB a call.
 Standard library only, and no import of ``repro/``: the noxfile reads it before any venv exists.
 """
 
@@ -30,8 +32,11 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
+import re
 import shutil
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -254,12 +259,61 @@ def cached_entry(entry: Path) -> Path | None:
     return entry if isinstance(manifest, dict) and manifest.get("files") == files and files else None
 
 
-def committed_entry(entry: Path, key: str) -> Path | None:
-    """``entry`` (a release's committed results) if it is whole and was computed under ``key``, else None."""
-    if cached_entry(entry) is None:
+# An archive member: <version>/<file name>, nothing else (no directories, links, paths above or below).
+_MEMBER = re.compile(r"[0-9][0-9A-Za-z.+_-]*/[0-9A-Za-z_][0-9A-Za-z.+_-]*")
+
+
+def read_committed(archive: Path) -> dict[str, dict[str, bytes]]:
+    """The committed archive's entries: release -> file name -> bytes; empty where there is no archive.
+
+    Only regular files named ``<release>/<file>`` are read (it is the kit's own file, but a checkout is anyone's).
+    """
+    if not archive.is_file():
+        return {}
+    entries: dict[str, dict[str, bytes]] = {}
+    try:
+        with tarfile.open(archive, "r:xz") as tar:
+            for member in tar:
+                if not (member.isfile() and _MEMBER.fullmatch(member.name)):
+                    raise MatrixError(f"{archive} holds {member.name!r}, which is no release's file")
+                release, name = member.name.split("/")
+                handle = tar.extractfile(member)
+                entries.setdefault(release, {})[name] = handle.read() if handle else b""
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise MatrixError(f"{archive} cannot be read ({exc}): restore it from git, or run with -- --fresh") from None
+    return entries
+
+
+def write_committed(archive: Path, entries: Mapping[str, Mapping[str, bytes]]) -> None:
+    """``entries`` as the committed archive, the same bytes for the same files (sorted, no times, no owners),
+    written under a fresh name beside it and renamed into place."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_name(f"{PARTIAL_PREFIX}{archive.name}")
+    try:
+        with tarfile.open(partial, "w:xz", format=tarfile.USTAR_FORMAT, preset=9) as tar:
+            for release in sorted(entries):
+                for name, data in sorted(entries[release].items()):
+                    info = tarfile.TarInfo(f"{release}/{name}")
+                    info.size, info.mode = len(data), 0o644
+                    tar.addfile(info, io.BytesIO(data))
+        partial.replace(archive)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _entry_files(entry: Path) -> dict[str, bytes]:
+    return {name: (entry / name).read_bytes() for name in _result_files(entry)}
+
+
+def _unpacked(files: Mapping[str, bytes], where: Path, key: str) -> Path | None:
+    """A committed entry's ``files`` written to ``where``, if they are whole and were computed under ``key``."""
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    for name, data in files.items():
+        (where / name).write_bytes(data)
+    if cached_entry(where) is None or json.loads((where / MANIFEST).read_text()).get("key") != key:
         return None
-    manifest = json.loads((entry / MANIFEST).read_text())
-    return entry if manifest.get("key") == key else None
+    return where
 
 
 def store(entry: Path, results: Path, inputs: KeyInputs) -> None:
@@ -404,9 +458,10 @@ def run_history(
     say: Callable[[str], None] = print,
 ) -> list[Outcome]:
     """Each release's results into ``results/<v>/``: reused from ``cache`` or ``committed`` (the kit's committed
-    results, ``committed/<v>/``, if their key is this one), or computed by ``compute(v, dir)`` and cached.
+    archive, where its entry's key is this one), or computed by ``compute(v, dir)`` and cached.
 
-    ``record``: ``committed/<v>/`` ends as this key's entry (``publish``: the kit commits what made its matrix).
+    ``record``: the archive ends holding each release's entry for its key (``publish``: the kit commits what made
+    its matrix); it is rewritten only where that changes it.
     ``fresh``: compute every release. ``recheck``: compute these even if cached, and report where they differ
     from the cached copy (which is then kept, not replaced: which side is wrong is for a person to find out).
     A computation that raises stores nothing; one that writes no file (``nox --install-only``) neither, nor one
@@ -414,15 +469,21 @@ def run_history(
     """
     outcomes = []
     began = time.perf_counter()
-    cached = [
-        cached_entry(cache / r.version / r.key)
-        or (committed_entry(committed / r.version, r.key) if committed is not None else None)
-        for r in releases
-    ]
+    shelf = read_committed(committed) if committed is not None else {}
+    unpacked = scratch / ".committed"
+
+    def committed_copy(r: KeyInputs) -> Path | None:
+        files = shelf.get(r.version)
+        return _unpacked(files, unpacked / r.version, r.key) if files else None
+
+    in_cache = [cached_entry(cache / r.version / r.key) for r in releases]
+    in_archive = [committed_copy(r) for r in releases]
+    cached = [c or a for c, a in zip(in_cache, in_archive, strict=True)]
     reuse = [
         entry is not None and not fresh and r.version not in recheck for r, entry in zip(releases, cached, strict=True)
     ]
     computed: list[float] = []
+    changed = False
     for index, inputs in enumerate(releases):
         started = time.perf_counter()
         version, key = inputs.version, inputs.key
@@ -452,10 +513,14 @@ def run_history(
                 _place(where, results / version)
             outcome = Outcome(version, key, action, time.perf_counter() - started, differences, source)
             computed.append(outcome.seconds)
-        if record and committed is not None and found is not None and committed_entry(committed / version, key) is None:
-            store(committed / version, found, inputs)
+        if record and found is not None and in_archive[index] is None:
+            shelf[version] = _entry_files(found)
         say(outcome.line())
         outcomes.append(outcome)
+        changed = changed or (record and found is not None and in_archive[index] is None)
         still = sum(not reused for reused in reuse[index + 1 :])
         say(progress(index + 1, len(releases), time.perf_counter() - began, still, computed))
+    if changed and committed is not None:
+        write_committed(committed, shelf)
+    shutil.rmtree(unpacked, ignore_errors=True)
     return outcomes

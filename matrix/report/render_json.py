@@ -121,20 +121,25 @@ def _default_runners(report: Report, vllm: str) -> dict:
     return {"default_runner": runners[ModelClass.DENSE.value], "default_runners": runners}
 
 
+def _dumps(value: object) -> str:
+    # No spaces after separators: 6% of the published file, which travels whole with the kit (64 MiB a device call).
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def chunks(report: Report) -> Iterator[str]:
-    """``to_document`` a record at a time: a large report never exists twice in memory."""
+    """``to_document`` a record at a time, one line per cell: a large report never exists twice in memory."""
     document = to_document(report, cells=False)
     del document["versions"], document["contradictions"]
-    yield json.dumps(document, ensure_ascii=False)[:-1] + ', "versions": ['
+    yield _dumps(document)[:-1] + ',"versions":['
     for i, (vllm, cells) in enumerate(report.versions.items()):
-        runners = json.dumps(_default_runners(report, vllm))[1:-1]
-        yield ("," if i else "") + f'\n{{"vllm": {json.dumps(vllm)}, {runners}, "cells": ['
+        runners = _dumps(_default_runners(report, vllm))[1:-1]
+        yield ("," if i else "") + f'\n{{"vllm":{_dumps(vllm)},{runners},"cells":['
         for j, cell in enumerate(cells):
-            yield ("," if j else "") + "\n" + json.dumps(_cell(report, cell), ensure_ascii=False)
+            yield ("," if j else "") + "\n" + _dumps(_cell(report, cell))
         yield "]}"
-    yield '], "contradictions": ['
+    yield '],"contradictions":['
     for i, contradiction in enumerate(report.contradictions):
-        yield ("," if i else "") + "\n" + json.dumps(_flat(contradiction), ensure_ascii=False)
+        yield ("," if i else "") + "\n" + _dumps(_flat(contradiction))
     yield "]}\n"
 
 

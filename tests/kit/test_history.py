@@ -25,7 +25,7 @@ from matrix.report.render_json import SCHEMA_FILE
 from matrix.report.view import build_view, evidence_sentence
 
 PUBLISHED = ROOT / "docs" / "matrix" / "compat.json"
-COMMITTED_HISTORY = ROOT / "docs" / "evidence" / "history"
+COMMITTED_HISTORY = ROOT / "docs" / "evidence" / "history.tar.xz"
 
 
 def rocm_new_kernel(tmp_path, version: str, pin: str):
@@ -243,19 +243,24 @@ def test_the_published_matrix_was_made_by_a_committed_kit_on_this_branch(publish
     assert found.returncode == 0, f"docs/matrix was made at {commit}, which is not an ancestor of HEAD"
 
 
-def test_the_history_behind_the_published_matrix_is_committed_whole_beside_it(published):
+def test_the_history_behind_the_published_matrix_is_committed_whole_beside_it(published, tmp_path):
     # What a fresh clone reuses instead of recomputing (matrix.history_cache): each release's files, as the
     # matrix read them, under a manifest that names each with its hash and the key it was computed under.
-    read = {}
+    read: dict[str, set[str]] = {}
     for name in published["inputs"]["files"]:
         release, cell_file = Path(name).parts[-2:]
         read.setdefault(release, set()).add(cell_file)
+    committed = history_cache.read_committed(COMMITTED_HISTORY)
+    assert sorted(committed) == sorted(read), "run `nox -s publish` and commit docs/"
     cases = 0
-    for release, cell_files in sorted(read.items()):
-        entry = COMMITTED_HISTORY / release
-        assert history_cache.cached_entry(entry) == entry, f"{entry} is not whole: run `nox -s publish`, commit docs/"
-        assert {p.name for p in entry.glob("*.xml")} == cell_files, release
-        cases += sum(len(history_cache.normalised(entry)[name][1]) for name in cell_files)
+    for release, files in sorted(committed.items()):
+        entry = tmp_path / release
+        entry.mkdir()
+        for name, data in files.items():
+            (entry / name).write_bytes(data)
+        assert history_cache.cached_entry(entry) == entry, f"{release} is not whole: run `nox -s publish`, commit docs/"
+        assert {p.name for p in entry.glob("*.xml")} == read[release], release
+        cases += sum(len(history_cache.normalised(entry)[name][1]) for name in read[release])
     assert cases == published["inputs"]["testcases_read"]
 
 
@@ -403,7 +408,7 @@ def test_history_runs_each_release_through_the_cell_sessions_path(tmp_path, monk
     import noxfile
 
     monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "committed")  # not the kit's: this run's own
+    monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "history.tar.xz")  # this run's own, not the kit's
 
     gate = RecordingSession("gate", tmp_path / "gate", [])
     history = RecordingSession("history", tmp_path / "history", ["--versions", "0.33.0"])
@@ -438,7 +443,7 @@ def test_every_install_of_vllm_and_the_kit_writes_bytecode(tmp_path, monkeypatch
     import noxfile
 
     monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "committed")  # not the kit's: this run's own
+    monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "history.tar.xz")  # this run's own, not the kit's
     gate = RecordingSession("gate", tmp_path / "gate", [])
     history = RecordingSession("history", tmp_path / "history", ["--versions", "0.33.0", "--fresh"])
     for session in (gate, history):
@@ -469,7 +474,7 @@ def test_history_reuses_a_release_whose_key_is_unchanged_and_fresh_runs_it_again
     import noxfile
 
     monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "committed")  # not the kit's: this run's own
+    monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "history.tar.xz")  # this run's own, not the kit's
     monkeypatch.setattr(noxfile, "RESULTS", tmp_path / "results")
 
     def pytest_runs(*posargs: str) -> int:

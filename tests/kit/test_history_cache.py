@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 from conftest import ROOT
 
 from matrix import history_cache
+from matrix.errors import MatrixError
 from matrix.groups import GROUP_TESTS
 from matrix.history_cache import KeyInputs, Outcome, key_files, key_inputs, recheck_choice, run_history
 from matrix.progress import progress
@@ -281,12 +284,12 @@ def test_a_recheck_that_differs_names_each_difference_and_keeps_the_cached_copy(
 
 
 def test_a_fresh_clone_reuses_the_committed_results_of_its_own_key_and_publish_keeps_them_current(tmp_path):
-    committed = tmp_path / "kit" / "docs" / "evidence" / "history"
-    first = Release()
-    outcomes = history(tmp_path / "a", first, committed=committed, record=True)
+    committed = tmp_path / "kit" / "docs" / "evidence" / "history.tar.xz"
+    outcomes = history(tmp_path / "a", Release(), committed=committed, record=True)
     assert [o.action for o in outcomes] == ["computed", "computed"]
-    for outcome in outcomes:
-        assert history_cache.committed_entry(committed / outcome.version, outcome.key) == committed / outcome.version
+    archived = history_cache.read_committed(committed)
+    assert sorted(archived) == ["0.32.0", "0.33.0"]
+    assert sorted(archived["0.33.0"]) == ["cuda-linux-v1-graph.env.json", "cuda-linux-v1-graph.xml", "manifest.json"]
     # Another machine, its user cache empty: the committed results are placed and nothing runs.
     clone = Release()
     outcomes = history(tmp_path / "b", clone, committed=committed)
@@ -294,22 +297,21 @@ def test_a_fresh_clone_reuses_the_committed_results_of_its_own_key_and_publish_k
     assert outcomes[0].line().startswith(f"vLLM 0.32.0: reused its committed results (key {outcomes[0].key})")
     placed = tmp_path / "b" / "results" / "0.33.0" / "cuda-linux-v1-graph.xml"
     assert placed.read_text() == (tmp_path / "a" / "results" / "0.33.0" / "cuda-linux-v1-graph.xml").read_text()
-    # A recheck compares with the committed copy and leaves it as it was.
-    before = {p.name: p.read_bytes() for p in (committed / "0.33.0").iterdir()}
-    (rechecked,) = [
-        o
-        for o in history(tmp_path / "c", Release(), committed=committed, recheck=frozenset({"0.33.0"}), record=True)
-        if o.version == "0.33.0"
-    ]
-    assert (rechecked.action, rechecked.differences) == ("recomputed", ())
-    assert "same as its committed copy" in rechecked.line()
-    assert {p.name: p.read_bytes() for p in (committed / "0.33.0").iterdir()} == before
+    # A recheck compares with the committed copy and leaves the archive byte for byte as it was.
+    before = committed.read_bytes()
+    rechecked = history(tmp_path / "c", Release(), committed=committed, recheck=frozenset({"0.33.0"}), record=True)
+    assert [(o.action, o.differences) for o in rechecked] == [("reused", ()), ("recomputed", ())]
+    assert "same as its committed copy" in rechecked[1].line()
+    assert committed.read_bytes() == before
+    # The same files make the same archive: a publish that changes nothing leaves nothing for git to see.
+    history_cache.write_committed(committed, history_cache.read_committed(committed))
+    assert committed.read_bytes() == before
 
 
 def test_committed_results_of_another_key_are_never_used_and_only_publish_replaces_them(tmp_path):
-    committed = tmp_path / "committed"
+    committed = tmp_path / "history.tar.xz"
     history(tmp_path / "a", Release(), committed=committed, record=True)
-    stale = {p.name: p.read_bytes() for p in (committed / "0.33.0").iterdir()}
+    stale = committed.read_bytes()
     other = [KeyInputs(v, "another lock", "torch==2.13.0", "3.11.7", (), "recipe", ()) for v in ("0.33.0",)]
 
     def run(release: Release, record: bool) -> Outcome:
@@ -327,13 +329,26 @@ def test_committed_results_of_another_key_are_never_used_and_only_publish_replac
 
     history_run = Release(observed="False")
     assert run(history_run, record=False).action == "computed" and history_run.runs == ["0.33.0"]
-    assert {p.name: p.read_bytes() for p in (committed / "0.33.0").iterdir()} == stale
+    assert committed.read_bytes() == stale
     publish_run = Release(observed="False")
     outcome = run(publish_run, record=True)  # reused from the user cache, and committed under its key
     assert outcome.action == "reused" and publish_run.runs == []
-    assert history_cache.committed_entry(committed / "0.33.0", outcome.key) == committed / "0.33.0"
-    assert 'value="False"' in (committed / "0.33.0" / "cuda-linux-v1-graph.xml").read_text()
-    assert not [p for p in committed.iterdir() if p.name.startswith(history_cache.PARTIAL_PREFIX)]
+    archived = history_cache.read_committed(committed)
+    assert json.loads(archived["0.33.0"]["manifest.json"])["key"] == outcome.key
+    assert b'value="False"' in archived["0.33.0"]["cuda-linux-v1-graph.xml"]
+    assert json.loads(archived["0.32.0"]["manifest.json"])["key"] != outcome.key  # not run here: kept as it was
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(history_cache.PARTIAL_PREFIX)] == []
+
+
+@pytest.mark.parametrize("member", ["../escape", "0.33.0/../../x", "0.33.0/sub/file", "/abs/file"])
+def test_an_archive_member_that_is_no_releases_file_is_refused_in_one_line(tmp_path, member):
+    archive = tmp_path / "history.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        info = tarfile.TarInfo(member)
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(MatrixError, match="which is no release's file"):
+        history_cache.read_committed(archive)
 
 
 def test_a_run_cut_short_stores_nothing_and_a_damaged_entry_is_never_used(tmp_path):

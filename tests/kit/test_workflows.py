@@ -75,6 +75,25 @@ def test_the_plan_jobs_cover_the_noxfiles_cells_once(nox_listing):
     assert max(groups.count(g) for g in groups) <= 2
 
 
+# What GitHub gives every self-hosted runner besides the labels it is registered with (its OS and architecture).
+GITHUB_DEFAULT_LABELS = {"self-hosted", "linux", "x64", "arm64"}
+
+
+def test_no_runner_carrying_githubs_default_labels_takes_another_kinds_job(nox_listing):
+    # A job goes to any runner holding all of its labels. With `linux` as native Linux's own label, every CUDA
+    # WSL2 runner (GitHub calls it linux too) took native-Linux jobs, and the night's native cells were misrouted.
+    plan = run_module("matrix", "plan", "--format", "github", "--nox-json", "-", stdin=nox_listing)
+    jobs = json.loads(plan.stdout)["include"]
+    for runner in jobs:
+        registered = set(runner["runs_on"]) | GITHUB_DEFAULT_LABELS
+        taken = [job["name"] for job in jobs if set(job["runs_on"]) <= registered]
+        assert taken == [runner["name"]], (runner["name"], taken)
+    docs = (ROOT / "docs" / "runners.md").read_text()
+    for job in jobs:
+        labels = ", ".join(f"`{label}`" for label in job["runs_on"])
+        assert labels in docs, f"docs/runners.md does not name {job['name']}'s labels: {labels}"
+
+
 def test_a_dispatch_pattern_narrows_the_plan():
     plan = run_module("matrix", "plan", "--format", "github", "--cells", "cuda-wsl2*-*-graph")
     jobs = json.loads(plan.stdout)["include"]
