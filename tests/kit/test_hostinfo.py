@@ -238,7 +238,8 @@ def test_hostile_gpu_tools_on_path_end_bounded_and_leave_no_process(cli, tmp_pat
     assert json.loads(out.read_text())["gpu"]["devices"] == []
     assert not running(int(child_pid.read_text()))
     (tmp_path / "amd-smi").rename(tools / "amd-smi")
-    (tools / "nvidia-smi").unlink()  # its hang is the first run's: one wait for it is enough
+    # Its hang was the first run's (one wait for it is enough); still first on PATH, before any stand-in's.
+    (tools / "nvidia-smi").write_text("#!/bin/sh\nexit 1\n")
     done = cli("env", "--out", str(out), env=path, timeout=120)
     assert done.returncode == 0, done.stderr
     assert [d["name"] for d in json.loads(out.read_text())["gpu"]["devices"]] == ["AMD GPU"]
