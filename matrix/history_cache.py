@@ -322,8 +322,7 @@ def store(entry: Path, results: Path, inputs: KeyInputs) -> None:
     partial = Path(tempfile.mkdtemp(prefix=PARTIAL_PREFIX, dir=entry.parent))
     try:
         for name in _result_files(results):
-            if name != MANIFEST:  # another entry's (a cached one, being committed): this one's is written below
-                shutil.copy2(results / name, partial / name)
+            shutil.copy2(results / name, partial / name)
         manifest = {"key": inputs.key, "inputs": asdict(inputs), "files": _result_files(partial)}
         (partial / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         if entry.exists():  # --fresh or a damaged entry: the old one goes aside first, never half replaced
@@ -515,9 +514,9 @@ def run_history(
             computed.append(outcome.seconds)
         if record and found is not None and in_archive[index] is None:
             shelf[version] = _entry_files(found)
+            changed = True
         say(outcome.line())
         outcomes.append(outcome)
-        changed = changed or (record and found is not None and in_archive[index] is None)
         still = sum(not reused for reused in reuse[index + 1 :])
         say(progress(index + 1, len(releases), time.perf_counter() - began, still, computed))
     if changed and committed is not None:
