@@ -253,6 +253,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise MatrixError(f"--budget {args.budget:g} leaves nothing to run: give more than {RESERVE:g} s")
     if args.jobs < 1:
         raise MatrixError(f"--jobs {args.jobs} runs no engine: give 1 or more")
+    # A launcher that starts the run in the background (a non-interactive shell's `&`, nohup) leaves SIGINT
+    # ignored, and an ignored signal stays ignored in every child: pytest would not stop at the deadline and
+    # write what finished, and would be killed with nothing written. A handled signal is reset in each child.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     return run(Path(args.out), args.budget, args.jobs, args.cells)
 
 

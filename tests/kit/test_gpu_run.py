@@ -51,8 +51,16 @@ def device_kit(tmp_path_factory) -> Path:
     return kit
 
 
+def ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run_on_device(kit: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
-    """``bash tools/gpu_run.sh`` as the device runs it, this venv's Python as its python3."""
+    """``bash tools/gpu_run.sh`` as the device runs it, this venv's Python as its python3.
+
+    Started with SIGINT ignored, as a launcher that runs it in the background leaves it: the run must still stop
+    its pytest at the deadline (``test_a_run_past_its_deadline_records_every_case_as_not_run``).
+    """
     bin_dir = out.parent / "bin"
     bin_dir.mkdir(exist_ok=True)
     python3 = bin_dir / "python3"
@@ -67,6 +75,7 @@ def run_on_device(kit: Path, out: Path, *args: str) -> subprocess.CompletedProce
         text=True,
         timeout=900,
         check=False,
+        preexec_fn=ignore_interrupts,
     )
 
 
@@ -189,6 +198,7 @@ def test_a_pytest_stopped_at_the_deadline_keeps_what_finished(tmp_path):
     (tmp_path / "test_stopped.py").write_text(STOPPED_TESTS)
     # Pytest's own behaviour is the subject: none of the suite's variables (plugins, hooks on PYTHONPATH, the
     # kit's records) reach it. In the full suite under load it once waited out the 60 s below with them.
+    # Nor does how this suite was started: SIGINT ignored by a background launcher stays ignored in the child.
     own = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "PYTHON", "WSLPIN_", "COV"))}
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "test_stopped.py", "-p", "no:cacheprovider", "-o", "junit_family=xunit1"]
@@ -196,6 +206,7 @@ def test_a_pytest_stopped_at_the_deadline_keeps_what_finished(tmp_path):
         cwd=tmp_path,
         env=own,
         stdout=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     while not (tmp_path / "started").exists():
         assert proc.poll() is None
