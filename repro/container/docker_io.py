@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,13 +26,17 @@ class Ran:
     """What came back from the engine."""
 
     image_digest: str
-    exit_code: int | None  # None: killed by the timeout
+    exit_code: int | None  # None: killed by the kit, at the timeout or for ``overfilled``
     oom_killed: bool
+    overfilled: str = ""  # what the container wrote past its writable mounts' bounds
 
 
 def exit_reason(ran: Ran, timeout: float, log: Path) -> str:
-    """Why a container left no JUnit file, in one line."""
+    """Why a container left no result the kit takes, in one line."""
+    if ran.overfilled:
+        return f"the container wrote {ran.overfilled} into its scratch directory: killed and removed (log: {log})"
     if ran.exit_code is None:
+        # What it left after its own end was not reached is no result (pytest's lines are in the log).
         return f"timed out after {timeout:g} s: the container was killed and removed (log: {log})"
     if ran.oom_killed:
         return f"the container was killed by the out-of-memory killer (exit {ran.exit_code}; log: {log})"
@@ -108,10 +113,14 @@ def run_spec(spec: ContainerSpec, log: Path, timeout: float, environ: Mapping[st
             group_add=list(spec.group_add),
             # A cell never needs a network (the tiny model is built locally); none proves it.
             network_mode="none",
+            # Nor any privilege: with no capability, root in the image cannot make a device node in the host's
+            # scratch, and no setuid file gives a process in it more than it started with.
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
         )
         try:
             _start(container, spec.image)
-            return Ran(_digest(image), *_follow(container, log, timeout))
+            return Ran(_digest(image), *_follow(container, log, timeout, spec))
         finally:
             container.remove(force=True)
     except docker.errors.DockerException as exc:
@@ -135,21 +144,58 @@ def _start(container: Any, image: str) -> None:
         raise ContainerError(f"the Docker engine refused to start {image}: {text}") from None
 
 
-def _follow(container: Any, log: Path, timeout: float) -> tuple[int | None, bool]:
-    """Stream the container's output until it exits, or kill it at ``timeout``."""
+# How often the kit looks at the clock and at what the container has written.
+WATCH_INTERVAL = 0.2
+
+
+def _usage(directories: tuple[str, ...], limit: int, entries: int) -> str:
+    """What the container wrote past ``limit`` bytes (disk used) or ``entries`` names, or "" within both."""
+    used, seen = 0, 0
+    pending = list(directories)
+    while pending:
+        try:
+            listing = list(os.scandir(pending.pop()))
+        except OSError:
+            continue  # removed meanwhile, or not the container's to list: nothing the host must hold
+        for entry in listing:
+            seen += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            used += info.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            if used > limit:
+                return f"more than {limit / 2**20:g} MiB"
+            if seen > entries:
+                return f"more than {entries:,} files"
+    return ""
+
+
+def _follow(container: Any, log: Path, timeout: float, spec: ContainerSpec) -> tuple[int | None, bool, str]:
+    """Stream the container's output until it exits; kill it at ``timeout``, or once it writes past its bounds."""
     import docker
 
-    fired = threading.Event()
+    done = threading.Event()
+    overfilled: list[str] = []
+    killed = threading.Event()
 
-    def kill() -> None:
-        try:
-            container.kill()
-            fired.set()
-        except docker.errors.APIError:
-            pass  # it exited on its own meanwhile: not a timeout
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while not done.wait(min(WATCH_INTERVAL, max(0.0, deadline - time.monotonic()))):
+            over = _usage(spec.writable, spec.writable_limit, spec.writable_entries)
+            if over or time.monotonic() >= deadline:
+                try:
+                    container.kill()
+                except docker.errors.APIError:
+                    return  # it exited on its own meanwhile: not killed
+                overfilled.append(over)
+                killed.set()
+                return
 
-    timer = threading.Timer(timeout, kill)
-    timer.start()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     try:
         with log.open("wb") as out:
             for chunk in container.logs(stream=True, follow=True):
@@ -158,9 +204,10 @@ def _follow(container: Any, log: Path, timeout: float) -> tuple[int | None, bool
                 sys.stdout.flush()
         code = container.wait()["StatusCode"]
     finally:
-        timer.cancel()
-        # The kill ends the log stream before ``fired`` is set: wait for the
-        # timer's thread so a timeout is never read as an exit of 137.
-        timer.join()
+        done.set()
+        # The kill ends the log stream before ``killed`` is set: wait for the
+        # watcher so a kill is never read as an exit of 137.
+        watcher.join()
     container.reload()
-    return (None if fired.is_set() else code), bool(container.attrs["State"].get("OOMKilled"))
+    oom = bool(container.attrs["State"].get("OOMKilled"))
+    return (None if killed.is_set() else code), oom, (overfilled[0] if killed.is_set() else "")

@@ -210,7 +210,10 @@ def run_in_image(
         cases: list[Element] | None = None
         try:
             record = _left_record(scratch)
-            cases = _left_cases(scratch) if ran is not None and not crashed else None
+            # A container the kit killed (its timeout, its scratch's bounds) never ended its run: what it left is
+            # no result, however whole it looks (pytest writes its JUnit before its own exit, not at it).
+            finished = ran is not None and ran.exit_code is not None
+            cases = _left_cases(scratch) if finished and not crashed else None
         except ContainerError as exc:
             crashed = crashed or str(exc)
         record = record or _crashed_record()

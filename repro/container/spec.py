@@ -23,6 +23,10 @@ WSL_DIR = "/usr/lib/wsl"
 # What pytest runs in the container unless told otherwise: the cell's tests, as a cell session runs them.
 CELL_TESTS = ("tests/cell",)
 PLAN_FILE = "plan.json"
+# The most the container may leave in its scratch (a cell leaves a JUnit file and two small records): past it, the
+# container is killed. The scratch is the host's disk, which no engine setting bounds on every host.
+SCRATCH_LIMIT = 256 * 2**20
+SCRATCH_ENTRIES = 10_000
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,13 @@ class ContainerSpec:
     devices: tuple[str, ...] = ()  # host device paths, exposed at the same path
     gpu_request: bool = False  # `docker run --gpus all`
     group_add: tuple[str, ...] = ()
+    writable_limit: int = SCRATCH_LIMIT  # bytes, over every writable mount
+    writable_entries: int = SCRATCH_ENTRIES
+
+    @property
+    def writable(self) -> tuple[str, ...]:
+        """The host directories the container may write."""
+        return tuple(m.source for m in self.mounts if not m.read_only)
 
 
 @dataclass(frozen=True)

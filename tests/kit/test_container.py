@@ -148,6 +148,7 @@ def test_staged_dependencies_are_the_cell_extra_and_the_base_ones_pure_python(tm
         # answer is described here.
         (container.Ran("sha256:x", 137, True), "killed by the out-of-memory killer (exit 137"),
         (container.Ran("sha256:x", 2, False), "exited 2 without a JUnit file"),
+        (container.Ran("sha256:x", None, False, "more than 256 MiB"), "wrote more than 256 MiB into its scratch"),
     ],
 )
 def test_why_a_container_left_no_results(ran, says):
@@ -290,16 +291,30 @@ def test_an_engine_without_a_gpu_runtime_refuses_the_gpu_request(smoke_image, tm
 # A hostile image's python3. Before the real one writes the environment record, it plants links to the
 # host's canary at each name in VLLM_HOSTILE_LINKS (relative to the directory it was told to write in,
 # where the host once wrote its results too); instead of pytest, it leaves VLLM_HOSTILE_JUNIT as the JUnit.
+# With VLLM_HOSTILE_PRIVILEGE it first says what privileges it has and tries a device node and a setuid copy of sh
+# in that directory; after its JUnit it writes VLLM_HOSTILE_FILL ("bytes" or "files") there, then sleeps
+# VLLM_HOSTILE_SLEEP seconds.
 HOSTILE_PYTHON = b"""#!/bin/sh
 if [ "$2" = matrix ]; then
   dir=$(dirname "$5")
   for link in $VLLM_HOSTILE_LINKS; do
     mkdir -p "$(dirname "$dir/$link")" && ln -sfn "$VLLM_HOSTILE_CANARY" "$dir/$link"
   done
+  if [ -n "$VLLM_HOSTILE_PRIVILEGE" ]; then
+    grep -E '^(CapEff|NoNewPrivs):' /proc/self/status
+    mknod "$dir/null" c 1 3 && echo "hostile: made a device node"
+    cp /bin/sh "$dir/sh" && chmod 4755 "$dir/sh" && echo "hostile: left a setuid sh"
+  fi
   exec /usr/bin/python3 "$@"
 fi
 for arg; do case $arg in --junitxml=*) junit=${arg#--junitxml=};; esac; done
-[ -z "$VLLM_HOSTILE_JUNIT" ] || printf '%s' "$VLLM_HOSTILE_JUNIT" > "$junit"
+dir=$(dirname "$junit")
+if [ -n "$VLLM_HOSTILE_JUNIT" ]; then printf '%s' "$VLLM_HOSTILE_JUNIT" > "$junit" && echo "hostile: JUnit written"; fi
+case $VLLM_HOSTILE_FILL in
+  bytes) head -c 300M /dev/zero > "$dir/fill" ;;
+  files) mkdir "$dir/many" && cd "$dir/many" && seq 10001 | xargs touch ;;
+esac
+sleep "${VLLM_HOSTILE_SLEEP:-0}"
 """
 KEY_LINE = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostileImageKeyLine attacker@image"
 ENTITIES = f"""<?xml version="1.0"?>
@@ -385,4 +400,55 @@ def test_a_hostile_image_cannot_make_the_host_write_or_read_through_its_links(
     assert sorted(Path(path).name for path, value in kept.items() if value != "dir") == sorted(
         f"{GATE_ONLY_CELL}{suffix}" for suffix in (".xml", ".env.json", ".container.log")
     )
+    assert no_containers_left()
+
+
+def scratches() -> set[Path]:
+    """The containers' scratch directories (and the staged dependencies, which stay) under the kit's build/."""
+    return set((ROOT / "build").glob("container-*"))
+
+
+# A whole, passing JUnit file for the cell, as pytest writes it before its own exit.
+PASSING = f"""<?xml version="1.0"?>
+<testsuites><testsuite name="pytest"><testcase classname="tests.cell.test_gate" name="test_pin[{GATE_ONLY_CELL}]">
+<properties><property name="cell" value="{GATE_ONLY_CELL}"/></properties></testcase></testsuite></testsuites>
+"""
+
+
+@pytest.mark.reads_host
+def test_a_container_killed_at_its_timeout_is_a_crash_whatever_it_wrote_before(hostile_image, tmp_path):
+    env = {"VLLM_HOSTILE_JUNIT": PASSING, "VLLM_HOSTILE_SLEEP": "600"}
+    done = run_container(tmp_path, "--cells", GATE_ONLY_CELL, "--image", hostile_image, "--timeout", "20", env=env)
+    assert_one_error_line(done, "timed out after 20 s: the container was killed and removed")
+    _, message = crashed(tmp_path, GATE_ONLY_CELL)
+    assert "timed out after 20 s" in message
+    assert "hostile: JUnit written" in done.stdout  # before the kill: a whole file, not taken
+    assert no_containers_left()
+
+
+@pytest.mark.reads_host
+@pytest.mark.parametrize(("fill", "says"), [("bytes", "more than 256 MiB"), ("files", "more than 10,000 files")])
+def test_a_container_that_fills_its_scratch_is_killed_there(hostile_image, tmp_path, fill, says):
+    before = scratches()
+    env = {"VLLM_HOSTILE_JUNIT": PASSING, "VLLM_HOSTILE_FILL": fill, "VLLM_HOSTILE_SLEEP": "600"}
+    done = run_container(tmp_path, "--cells", GATE_ONLY_CELL, "--image", hostile_image, "--timeout", "300", env=env)
+    assert_one_error_line(done, f"the container wrote {says} into its scratch directory: killed and removed")
+    _, message = crashed(tmp_path, GATE_ONLY_CELL)
+    assert says in message
+    assert no_containers_left() and scratches() == before
+
+
+@pytest.mark.reads_host
+def test_the_image_runs_without_privileges_and_leaves_no_device_node_or_setuid_file(hostile_image, tmp_path):
+    # The host runs the container as its own user: as root (CI, many runners) the image is root inside too.
+    before = scratches()
+    env = {"VLLM_HOSTILE_PRIVILEGE": "1", "VLLM_HOSTILE_JUNIT": PASSING}
+    done = run_container(tmp_path, "--cells", GATE_ONLY_CELL, "--image", hostile_image, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (result_file(tmp_path, GATE_ONLY_CELL).parent / f"{GATE_ONLY_CELL}.container.log").read_text()
+    assert re.search(r"^CapEff:\s+0+$", log, re.M), log[:2000]
+    assert re.search(r"^NoNewPrivs:\s+1$", log, re.M), log[:2000]
+    assert "hostile: made a device node" not in log
+    # A setuid file it may make is its own user's, in a scratch only the host's user can enter, removed with it.
+    assert scratches() == before
     assert no_containers_left()
