@@ -48,6 +48,9 @@ nox.options.reuse_venv = "yes"
 # vLLM's gate code needs torch, never a GPU: a CPU build is enough (see requirements/gate.in).
 GATE_TORCH = "torch==2.13.0"
 GATE_LOCK = "requirements/gate.txt"
+# What the report jobs (the matrix workflow's, the Buildkite pipeline's) install: the report's extra, every version
+# pinned, so that one night's report is the next night's code reading new results, nothing else.
+REPORT_LOCK = "requirements/report.txt"
 # The gate lock resolves as of this date, so `nox -s lock` writes the same file until its inputs change.
 LOCK_AS_OF = "2026-11-30T00:00:00Z"
 RESULTS = ROOT / "results"
@@ -685,26 +688,14 @@ def clean_machine(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def lock(session: nox.Session) -> None:
-    """Regenerate the gate lock requirements/gate.txt from requirements/gate.in (uv pip compile, every platform)."""
+    """Regenerate the locks (uv pip compile, every platform): the gate's, requirements/gate.txt from
+    requirements/gate.in, and the report jobs', requirements/report.txt from pyproject.toml's report extra."""
     session.install("uv==0.13.9")
-    session.run(
-        "uv",
-        "pip",
-        "compile",
-        "requirements/gate.in",
-        "--excludes",
-        "requirements/gate-excludes.txt",
-        "--universal",
-        "--python-version",
-        "3.11",
-        "--exclude-newer",
-        LOCK_AS_OF,
-        "--custom-compile-command",
-        "nox -s lock",
-        "--quiet",
-        "--output-file",
-        GATE_LOCK,
-    )
+    common = ("--universal", "--python-version", "3.11", "--exclude-newer", LOCK_AS_OF)
+    common += ("--custom-compile-command", "nox -s lock", "--quiet")
+    excludes = ("--excludes", "requirements/gate-excludes.txt")
+    session.run("uv", "pip", "compile", "requirements/gate.in", *excludes, *common, "--output-file", GATE_LOCK)
+    session.run("uv", "pip", "compile", "pyproject.toml", "--extra", "report", *common, "--output-file", REPORT_LOCK)
 
 
 @nox.session

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input
+from matrix.report.json_input import parse
 
 
 def read_record(path: Path, schema: str, name: str, kind: str, again: str) -> dict[str, Any]:
@@ -17,12 +17,14 @@ def read_record(path: Path, schema: str, name: str, kind: str, again: str) -> di
     """
     if not path.exists():
         raise MatrixError(f"{name} does not exist: {again}")
+    # The reports' bounded reader: a record nested past any the kit writes, or with a number past Python's
+    # int() limit, is one line like any other bad record, never a RecursionError or a ValueError.
     try:
-        record = json.loads(read_input(path))
+        record = parse(read_input(path))
     except InputFileError as exc:
         raise MatrixError(f"{name} is {exc}: {again}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MatrixError(f"{name} is not JSON ({exc}): {again}") from None
+    except MatrixError as exc:
+        raise MatrixError(f"{name} cannot be read ({exc}): {again}") from None
     if not isinstance(record, dict) or record.get("schema") != schema:
         raise MatrixError(f"{name} is not {kind} (schema {schema}): {again}")
     return record

@@ -107,7 +107,8 @@ def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:
                     for job in jobs
                 ),
                 "buildkite-agent artifact download 'nox-*.json' . || true",
-                "python -m pip install -e '.[report]'",
+                # The report's pinned lock alone (`nox -s lock`): the kit runs from the checkout.
+                "python -m pip install --no-deps -r requirements/report.txt",
                 f"python -m matrix plan --format github --cells {','.join(c.id for c in cells)} > runners.json",
                 # Every agent's nox report says which cells' sessions died before writing results;
                 # 8 days: a nightly run plus a week of grace, anything older is an agent's leftovers.

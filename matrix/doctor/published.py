@@ -88,7 +88,10 @@ def parse_version(text: str) -> Version | None:
         return None
     release = match["release"]
     kind = Kind.DEV if match["dev"] else Kind.PRE if match["pre"] else Kind.POST if match["post"] else Kind.FINAL
-    return Version(text, release, release_number(release) or (0,), kind)
+    number = release_number(release)
+    if number is None:
+        return None
+    return Version(text, release, number, kind)
 
 
 def release_number(text: str) -> tuple[int, ...] | None:
@@ -99,7 +102,10 @@ def release_number(text: str) -> tuple[int, ...] | None:
     match = re.match(r"\d+(?:\.\d+)*", text.strip())
     if match is None:
         return None
-    number = [int(part) for part in match[0].split(".")]
+    try:
+        number = [int(part) for part in match[0].split(".")]
+    except ValueError:  # a part past Python's int() limit (4,300 digits): no release anyone made
+        return None
     while len(number) > 1 and number[-1] == 0:
         number.pop()
     return tuple(number)

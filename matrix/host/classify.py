@@ -110,7 +110,10 @@ def parse_kernel_version(release: str) -> tuple[int, ...] | None:
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", release or "")
     if not match:
         return None
-    return tuple(int(x) for x in match.groups(default="0"))
+    try:
+        return tuple(int(x) for x in match.groups(default="0"))
+    except ValueError:  # a part past Python's int() limit (4,300 digits) is no version either
+        return None
 
 
 def vllm_in_wsl(uname: dict[str, str]) -> bool:

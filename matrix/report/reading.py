@@ -306,12 +306,14 @@ def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
     except MatrixError as exc:
         into.unattributed.append(_unplaced(path, f"suite {suite_name!r}: {exc}", children))
         return
-    suspect = into.claims.suspect(path, envelope, len(children)) if into.claims is not None else None
+    # An envelope that contradicts itself is suspect whatever the runners claim; else the claims decide.
     if contradiction := envelope.contradiction:
         execution = envelope.execution.value if envelope.execution else ""
         artifact = into.claims.artifact(path) if into.claims is not None else ""
         cell, vllm = envelope.cell.id, envelope.vllm_version
-        suspect = Suspect(path, artifact, cell, execution, vllm, len(children), contradiction)
+        suspect: Suspect | None = Suspect(path, artifact, cell, execution, vllm, len(children), contradiction)
+    else:
+        suspect = into.claims.suspect(path, envelope, len(children)) if into.claims is not None else None
     if suspect is not None:
         into.suspect.append(suspect)
         return

@@ -103,7 +103,9 @@ def test_split_of_a_truncated_file_refuses_and_writes_nothing(tmp_path, env_reco
 @pytest.mark.parametrize(
     "text, says",
     [
-        ("{garbage", "is not JSON (Expecting property name"),
+        ("{garbage", "cannot be read (not JSON: Expecting property name"),
+        ("[" * 100_000, "cannot be read (nested deeper than 64 levels)"),
+        ('{"schema": 1' + "0" * 5000 + "}", "cannot be read (a number of 5001 digits (at most 100))"),
         ('["a list"]', "is not an environment record (schema wslpin-kit.env/1)"),
         ('{"schema": "something/9"}', "is not an environment record (schema wslpin-kit.env/1)"),
     ],

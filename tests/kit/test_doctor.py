@@ -202,6 +202,9 @@ def test_without_runner_the_answer_is_for_the_runner_vllm_picks_for_the_model_cl
     [
         (("--vllm", "0.20.0"), "vLLM 0.20.0 is older than every release in --matrix"),
         (("--vllm", "latest"), "vLLM 'latest' is not a release number"),
+        (("--vllm", "1" + "0" * 5000 + ".0.0"), "is not a release number"),
+        # Past Python's int() limit: no version, where before it was a ValueError's traceback.
+        (("--kernel", "5" * 5000 + ".15.0-microsoft-standard-WSL2"), "is not a kernel release"),
         (("--stack", "metal"), "unknown stack 'metal'; valid values: cuda, rocm"),
         (("--runner", "v3"), "unknown runner 'v3'"),
     ],
@@ -225,6 +228,8 @@ def _bad_documents() -> dict[str, str]:
         "no verdicts": json.dumps(no_verdicts),
         "a verdict outside the vocabulary": json.dumps(bad_word),
         "no release": json.dumps({**good, "versions": []}),
+        "nested past any record": "[" * 100_000,
+        "a number past Python's int()": '{"schema": 1' + "0" * 5000 + "}",
     }
 
 

@@ -138,7 +138,9 @@ def test_case_and_suite_execution_come_from_the_same_plan_json(env_record, tmp_p
     "text, says",
     [
         (None, "does not exist"),
-        ("{garbage", "is not JSON (Expecting property name"),
+        ("{garbage", "cannot be read (not JSON: Expecting property name"),
+        ("[" * 100_000, "cannot be read (nested deeper than 64 levels)"),
+        ('{"schema": 1' + "0" * 5000 + "}", "cannot be read (a number of 5001 digits (at most 100))"),
         ('{"schema": "wslpin-kit.env/1"}', f"is not a plan record (schema {PLAN_SCHEMA})"),
         (f'{{"schema": "{PLAN_SCHEMA}", "cells": []}}', "is a damaged plan record (KeyError: 'host')"),
     ],

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from importlib import metadata
 
 import pytest
 import yaml
 from conftest import ROOT, run_module
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from matrix.cells import CELLS
 
@@ -136,6 +139,7 @@ def test_buildkite_pipeline_has_the_same_jobs_and_a_report_that_always_runs():
     nox_files = [s["commands"][1].split()[2] for s in cells]
     assert all(f in s["artifact_paths"] for f, s in zip(nox_files, cells, strict=True))
     commands = steps[-1]["commands"]
+    assert [c for c in commands if "pip install" in c] == ["python -m pip install --no-deps -r requirements/report.txt"]
     report = next(c for c in commands if "matrix report" in c)
     assert "--nox-report 'nox-*.json'" in report and "--max-age-days" in report
     # Each agent's files land in its artifact's directory, which the report's --runners names.
@@ -148,3 +152,33 @@ def test_buildkite_pipeline_has_the_same_jobs_and_a_report_that_always_runs():
     runners = next(c for c in commands if "--format github" in c).split(">")[0].split()[3:]
     planned = json.loads(run_module("matrix", *runners).stdout)["include"]
     assert [f"junit-{s['key'][6:]}" for s in cells] == [job["artifact"] for job in planned]
+
+
+def _needed(requirement: Requirement, extras: frozenset[str] = frozenset()) -> set[str]:
+    """The distributions ``requirement`` brings into this Python, its own included: installed metadata, offline."""
+    seen: set[str] = set()
+    pending = [(requirement, extras)]
+    while pending:
+        req, wanted = pending.pop()
+        name = canonicalize_name(req.name)
+        if name in seen and not wanted:
+            continue
+        seen.add(name)
+        for text in metadata.requires(req.name) or []:
+            sub = Requirement(text)
+            if sub.marker is None or any(sub.marker.evaluate({"extra": e}) for e in wanted or {""}):
+                pending.append((sub, frozenset(sub.extras)))
+    return seen
+
+
+def test_the_report_jobs_install_every_distribution_the_report_needs_pinned_from_the_lock():
+    # The jobs install the lock alone (--no-deps) and run the kit from the checkout: a distribution the report
+    # extra brings that the lock lacks would be missing there, and one left unpinned would change by night.
+    lock = (ROOT / "requirements" / "report.txt").read_text()
+    pinned = {
+        canonicalize_name(m["name"]): m["version"]
+        for m in re.finditer(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)", lock, re.M)
+    }
+    needed = _needed(Requirement("vllm-wslpin-kit[report]"), frozenset({"report"})) - {"vllm-wslpin-kit"}
+    assert needed and needed <= set(pinned), sorted(needed - set(pinned))
+    assert all(line.startswith(("#", " ")) or "==" in line for line in lock.splitlines() if line.strip())
