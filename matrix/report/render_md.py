@@ -34,10 +34,23 @@ def _clip(text: str) -> str:
     return text if len(text) <= NEVER_CUT_CHARS else text[:NEVER_CUT_CHARS] + "…"
 
 
+# GitHub makes a link of a bare address in Markdown by itself (GFM's autolinks): an input's URL or e-mail address
+# must stay text. An entity breaks "://" and "www." where links are looked for; an "@" needs an element around it,
+# as addresses are looked for after entities are read.
+_AUTOLINKS = (
+    (re.compile("://"), "&#58;//"),
+    (re.compile(r"(www)\.", re.IGNORECASE), r"\1&#46;"),
+    (re.compile("@"), "<span>&#64;</span>"),
+)
+
+
 def md(text: object) -> str:
-    """Text from an input, safe inside a Markdown table cell: no markup, no HTML, one line, nothing hidden."""
+    """Text from an input, safe inside a Markdown table cell: no markup, no HTML, no link, one line, nothing hidden."""
     flat = visible(re.sub(r"\s+", " ", str(text)).strip())
-    return "".join(_SPECIAL.get(ch, ch) for ch in flat)
+    escaped = "".join(_SPECIAL.get(ch, ch) for ch in flat)
+    for pattern, replacement in _AUTOLINKS:
+        escaped = pattern.sub(replacement, escaped)
+    return escaped
 
 
 # Code as HTML, not backticks: entities (md's escapes) are shown literally inside a backtick span.

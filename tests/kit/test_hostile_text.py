@@ -5,7 +5,9 @@ The inputs are JUnit files as a runner could write them: a release, a cell prope
 and an observed value that hold line breaks, workflow commands and invisible characters."""
 
 import json
+import re
 import unicodedata
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,32 @@ def test_every_character_that_shows_nothing_is_escaped_and_printable_text_is_kep
     kept = "vLLM 0.33.0 · ✔ works — «NVIDIA H200» café 日本語 # #[x] ## [y] C#"
     assert visible(kept) == kept
     assert visible("##[error]x ###[y]") == "\\x23#[error]x #\\x23#[y]"
+
+
+# Addresses GitHub would make links of in a summary, each alone and inside other text.
+ADDRESSES = (
+    "https://evil.example/x",
+    "HTTP://evil.example",
+    "ftp://evil.example",
+    "www.evil.example/y",
+    "WWW.evil.example",
+    "user@evil.example",
+    "mailto:user@evil.example",
+    "xmpp:user@evil.example",
+)
+
+
+@pytest.mark.parametrize("address", ADDRESSES)
+def test_an_address_in_an_input_is_no_link_in_the_summary(address):
+    import cmarkgfm
+    from cmarkgfm.cmark import Options
+
+    from matrix.report.render_md import md
+
+    for text in (address, f"see {address} now", f"({address})"):
+        table = f"| cell | reason |\n|---|---|\n| x | {md(text)} |\n"
+        # Unsafe: the summary's own HTML (<code>, <span>) kept, as GitHub keeps it, to see every element.
+        html = cmarkgfm.github_flavored_markdown_to_html(table, options=Options.CMARK_OPT_UNSAFE)
+        assert "<a " not in html, html
+        shown = re.sub(r"<[^>]+>", "", html.split("<td>x</td>")[1].split("</tr>")[0]).strip()
+        assert unescape(shown) == text, html  # shown as it was written
