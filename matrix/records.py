@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from matrix.bounded_json import parse
 from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input
-from matrix.report.json_input import parse
 
 
 def read_record(path: Path, schema: str, name: str, kind: str, again: str) -> dict[str, Any]:

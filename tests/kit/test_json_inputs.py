@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, run_module
 from test_report import gate_case, write_suite
 
-from matrix.report.json_input import MAX_DIGITS
+from matrix.bounded_json import MAX_DIGITS
 
 CELL = "cuda-wsl2new-v2-graph"
 LAST_REPORT = "the last report, which a bad input must not overwrite\n"
