@@ -41,9 +41,13 @@ def default_runner_key(model_class: ModelClass) -> str:
 
 
 # What vLLM's engine config says for the reproduction's engine arguments (see repro/engine_config.py).
+PIN_CAP_WARNING = "pin_cap_warning"
 CONFIG_KEYS = {
     default_runner_key(kind): f"the runner vLLM picks with VLLM_USE_V2_MODEL_RUNNER unset, for a {kind} model (v1, v2)"
     for kind in ModelClass
+} | {
+    PIN_CAP_WARNING: "vLLM warned, building the engine config, that Windows (WDDM) caps pinned memory "
+    "(taken from vLLM's log, not read)"
 }
 # What the offload-with-graph reproduction does on a GPU (see repro/offload.py).
 REPRO_KEYS = {

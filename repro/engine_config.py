@@ -14,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import os
 import tempfile
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 from matrix.cells import Cell, ModelClass
 from matrix.host import reads
 from matrix.plan import CellPlan, Execution
-from matrix.variables import UNSET, V2_MODEL_RUNNER
+from matrix.variables import GATE_PIN_VALUES, UNSET, V2_MODEL_RUNNER
 from repro import emulation
 from repro.answers import kept_directory, memory, tree_digest
 from repro.engine import engine_kwargs
@@ -34,7 +35,8 @@ from repro.isolation import Outcome, run_isolated
 from repro.offload import CACHE_ROOT, EngineRun
 
 DEFAULT_TIMEOUT = 180.0
-# The reproduction's own run: the pin variable changes no engine argument, so one value stands for both.
+# The reproduction's own run: the pin variable changes no engine argument, so one value stands for both in the
+# settings; what vLLM warns while it builds the config is asked under each value (``check``).
 PIN_ENV = "unset"
 ROUND_TRIP = "the kit's tiny model"
 
@@ -118,9 +120,12 @@ def check(request: ConfigRequest, cache_root: str) -> dict[str, dict]:
         return {run.cell.id: {"import_error": traceback.format_exc()} for run in request.runs}
     answers = {}
     for run in request.runs:
-        os.environ.clear()
-        os.environ.update(run.env(base))
-        answers[run.cell.id] = {"config": _config(run, request.model), **_tokenizer(request.model)}
+        built = {pin: _config(dataclasses.replace(run, pin_env=pin), base, request.model) for pin in GATE_PIN_VALUES}
+        answers[run.cell.id] = {
+            "config": built[run.pin_env],
+            "warnings": {pin: config.get("warnings", []) for pin, config in built.items()},
+            **_tokenizer(request.model),
+        }
     # Unset, the runner is vLLM's choice, made per model: the same for every cell of this host.
     os.environ.clear()
     os.environ.update(first.env(base))
@@ -139,14 +144,56 @@ def check(request: ConfigRequest, cache_root: str) -> dict[str, dict]:
     return answers
 
 
-def _config(run: EngineRun, model: str) -> dict:
-    """The settings of the engine config vLLM builds from the engine child's own keyword arguments, or why not."""
-    try:
-        from vllm.engine.arg_utils import EngineArgs
+def _config(run: EngineRun, base: dict[str, str], model: str) -> dict:
+    """The settings of the engine config vLLM builds from the engine child's own keyword arguments and environment,
+    and the warnings vLLM logged building it; or why it built none."""
+    os.environ.clear()
+    os.environ.update(run.env(base))
+    with _logged_warnings() as warnings:
+        try:
+            from vllm.engine.arg_utils import EngineArgs
 
-        return {"settings": _engine_settings(EngineArgs(**engine_kwargs(run.spec(Path(model)))).create_engine_config())}
-    except BaseException:  # noqa: BLE001 - a release refusing the kit's engine is the finding
-        return {"error": traceback.format_exc()}
+            config = EngineArgs(**engine_kwargs(run.spec(Path(model)))).create_engine_config()
+            return {"settings": _engine_settings(config), "warnings": warnings}
+        except BaseException:  # noqa: BLE001 - a release refusing the kit's engine is the finding
+            return {"error": traceback.format_exc(), "warnings": warnings}
+
+
+@contextlib.contextmanager
+def _logged_warnings() -> Iterator[list[str]]:
+    """The warnings vLLM's loggers handle meanwhile, each as a user reads it.
+
+    vLLM logs some warnings once per process (``warning_once``, functools caches in ``vllm.logger``): those
+    caches are emptied first, so each cell's config says what a user starting that engine is told. The
+    records are taken where every logger hands them to its handlers, because vLLM's logging configuration
+    replaces the handlers of its loggers while the first config is built.
+    """
+    import vllm.logger
+
+    for name in dir(vllm.logger):
+        cache_clear = getattr(getattr(vllm.logger, name), "cache_clear", None)
+        if callable(cache_clear):
+            cache_clear()
+    seen: list[str] = []
+    handle = logging.Logger.handle
+
+    def keep(logger: logging.Logger, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING and record.name.partition(".")[0] == "vllm":
+            seen.append(_message(record))
+        handle(logger, record)
+
+    logging.Logger.handle = keep  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        logging.Logger.handle = handle  # type: ignore[method-assign]
+
+
+def _message(record: logging.LogRecord) -> str:
+    try:
+        return record.getMessage()
+    except (TypeError, ValueError):  # arguments that do not fit the format: the format is what vLLM meant
+        return str(record.msg)
 
 
 def _model_classes(request: ConfigRequest) -> tuple[tuple[ModelClass, str], ...]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from matrix.cells import Mode, ModelClass
-from matrix.expectations import default_runner_key
+from matrix.expectations import PIN_CAP_WARNING, default_runner_key
 from repro import engine_config
 from repro.failures import exception_text, torch_at_fault
 from repro.tinymodel import CONFIG, tiny_model, tiny_moe
@@ -94,3 +94,16 @@ def test_runner_default(expect, tag, engine_configs, cell, model_class, vllm_ver
     if "error" in default:
         _refused(f"the engine config of its {model_class} model", default["error"], vllm_version, torch_pin, tag)
     expect(default_runner_key(model_class), default["runner"])
+
+
+def test_pin_cap_warning(expect, tag, engine_configs, cell, pin_env, vllm_version, torch_pin):
+    """Whether vLLM warns, as it builds the engine config, that Windows caps pinned memory (WDDM): what a user of
+    CPU offload with CUDA graphs on WSL2 is told at start. Taken from vLLM's log under the cell's host, per value
+    of the variable."""
+    answer = _answer(engine_configs, cell, vllm_version)
+    config = answer["config"]
+    if "error" in config:
+        _refused("the reproduction's engine arguments (repro/engine.py)", config["error"], vllm_version, torch_pin, tag)
+    warnings = answer["warnings"][pin_env]
+    tag("warnings", json.dumps(warnings))
+    expect(PIN_CAP_WARNING, any("WDDM" in warning for warning in warnings))

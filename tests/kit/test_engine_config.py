@@ -54,7 +54,7 @@ def _named(case) -> tuple[str, str]:
 
 def test_each_cell_builds_the_reproductions_engine_config_and_loads_the_tokenizer(tmp_path):
     cases = run_cells(tmp_path, tmp_path / "models")
-    assert len(cases) == 8
+    assert len(cases) == 12
     assert all(case.is_passed for case in cases.values()), {k: c.result for k, c in cases.items()}
     graph_v2 = json.loads(
         case_properties(cases["cuda-wsl2new-v2-graph", "test_engine_config_builds"])["engine_settings"]
@@ -74,6 +74,13 @@ def test_each_cell_builds_the_reproductions_engine_config_and_loads_the_tokenize
             "dense": ("v2", "unset"),
             "moe": ("v2", "unset"),
         }
+    # What vLLM logged building the config, per value of the variable: on WSL2 with offload and CUDA graphs its
+    # warning that Windows caps pinned memory (either value); in eager mode none.
+    for cell, warned in (("cuda-wsl2new-v2-graph", "True"), ("rocm-wsl2old-v1-eager", "False")):
+        for pin in ("unset", "1"):
+            told = case_properties(cases[cell, f"test_pin_cap_warning[pin_env={pin}]"])
+            assert (told["observed"], told["pin_env"]) == (warned, pin)
+            assert any("WDDM" in w for w in json.loads(told["warnings"])) == (warned == "True")
 
 
 def test_a_model_vllm_cannot_read_fails_the_config_with_vllms_reason(tmp_path):

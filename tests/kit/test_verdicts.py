@@ -36,6 +36,8 @@ CUDA_NEW_KERNEL = {("imports", p): "True" for p in ("unset", "1")} | {
     ("v2_buffer", "unset"): "crash: UVA is not available",
     ("v2_buffer", "1"): "UvaBuffer",
 }
+# What vLLM (0.24.0+) logs as it builds the config of an engine that offloads with CUDA graphs on WSL2.
+CAP_WARNING = {("pin_cap_warning", p): "True" for p in ("unset", "1")}
 # CUDA on an old kernel: nothing pinned whatever the variable says.
 CUDA_OLD_KERNEL = (
     {("imports", p): "True" for p in ("unset", "1")}
@@ -60,8 +62,8 @@ def verdicts(tmp_path, *suites):
 def test_a_new_kernel_needs_the_opt_in_and_an_old_one_the_update_first(tmp_path):
     report, found = verdicts(
         tmp_path,
-        suite(tmp_path, "cuda-wsl2new-v1-graph", CUDA_NEW_KERNEL),
-        suite(tmp_path, "cuda-wsl2old-v1-graph", CUDA_OLD_KERNEL),
+        suite(tmp_path, "cuda-wsl2new-v1-graph", CUDA_NEW_KERNEL | CAP_WARNING),
+        suite(tmp_path, "cuda-wsl2old-v1-graph", CUDA_OLD_KERNEL | CAP_WARNING),
         suite(tmp_path, "cuda-linux-v1-graph", NATIVE),
     )
     new, old, native = (found[("0.29.0", f"cuda-{h}-v1-graph")] for h in ("wsl2new", "wsl2old", "linux"))
@@ -90,6 +92,21 @@ def test_a_new_kernel_needs_the_opt_in_and_an_old_one_the_update_first(tmp_path)
     assert "wsl --update" in cell.answer and "VLLM_WSL2_ENABLE_PIN_MEMORY=1" in cell.answer
     assert cell.answer.endswith("from a vendor's documented requirement, nothing run).")
     assert "predicted" not in cell.answer
+
+
+def test_the_pinned_memory_cap_is_advised_only_where_the_release_warned_of_it(tmp_path):
+    # The same decisions, one release logging the warning as it built the engine config and one not (0.23.0 has
+    # none): the why repeats vLLM's warning only where that release gave it, whatever its version number says.
+    _, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v1-graph", CUDA_NEW_KERNEL | CAP_WARNING, vllm="0.29.0"),
+        suite(tmp_path, "cuda-wsl2new-v1-graph", CUDA_NEW_KERNEL, vllm="0.28.0"),
+    )
+    warned, silent = (found[(v, "cuda-wsl2new-v1-graph")][Question.OFFLOAD_WITH_GRAPHS] for v in ("0.29.0", "0.28.0"))
+    assert warned.verdict is silent.verdict is Verdict.NEEDS_OPT_IN
+    assert warned.opt_in.rule.id == "offload-uva-wsl-graph" and "Windows caps pinned memory" in why(warned)
+    assert silent.opt_in.rule.id == "offload-uva" and "Windows" not in why(silent)
+    assert "taken from vLLM's log" in warned.opt_in.rule.basis
 
 
 def test_eager_offload_without_pinned_memory_is_slow_and_graphs_are_broken(tmp_path):
