@@ -13,7 +13,6 @@ import contextlib
 import datetime as dt
 import functools
 import inspect
-import json
 import os
 import platform
 import shutil
@@ -33,7 +32,8 @@ from matrix import history_cache  # noqa: E402
 from matrix.cells import CELLS, Host, select  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
 from matrix.groups import GROUP_TESTS  # noqa: E402
-from matrix.layout import UNKNOWN_RELEASE, run_dir, vllm_release  # noqa: E402
+from matrix.host.record import EnvironmentRecord  # noqa: E402
+from matrix.layout import UNKNOWN_RELEASE, run_dir  # noqa: E402
 from matrix.plan import Plan, cell_pytest_args  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 from tools import clean_machine as fresh  # noqa: E402
@@ -159,29 +159,28 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
         return  # `nox --install-only`: nothing ran, so there is no record to place the results by
     if args.vllm == INSTALLED:
         _say_installed(session, record)
-    out = run_dir(RESULTS, record, group)
+    out = run_dir(RESULTS, record.vllm_release, group)
     _test_cells(session, "python", pattern, tests, tuple(pytest_args), tmp, out)
     session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(out), "--strict")
 
 
-def _say_installed(session: nox.Session, record: dict) -> None:
+def _say_installed(session: nox.Session, record: EnvironmentRecord) -> None:
     """Say which preinstalled vLLM and torch the run uses (its environment record keeps them); refuse one without."""
     python = shutil.which("python") or "python"
-    if vllm_release(record) == UNKNOWN_RELEASE:
+    if record.vllm_release == UNKNOWN_RELEASE:
         session.error(f"--vllm {INSTALLED}: {python} has no vLLM; run nox from the environment that has it")
-    torch = record["packages"].get("torch") or {}
     session.log(
-        f"vLLM {vllm_release(record)} and torch {torch.get('version', 'not installed')} of {python}, "
+        f"vLLM {record.vllm_release} and torch {record.torch_version or 'not installed'} of {python}, "
         "as installed before this session (nothing installed)"
     )
 
 
-def _record_environment(session: nox.Session, python: str, tmp: Path) -> dict | None:
+def _record_environment(session: nox.Session, python: str, tmp: Path) -> EnvironmentRecord | None:
     """``tmp/env.json``, the environment ``python`` runs in: what the plan and every result rest on."""
     path = tmp / "env.json"
     if session.run(python, "-m", "matrix", "env", "--out", str(path), external=python != "python") is None:
         return None
-    return json.loads(path.read_text())
+    return EnvironmentRecord.read(path, str(path), "run `python -m matrix env` with the session's own Python")
 
 
 def _test_cells(

@@ -22,9 +22,9 @@ from pathlib import Path
 from matrix.cells import Mode, Runner, Stack, select
 from matrix.cli import KIT_ROOT, run_command_line
 from matrix.errors import MatrixError
-from matrix.host import classify, facts
+from matrix.host import facts
+from matrix.host.record import EnvironmentRecord
 from matrix.plan import Execution, Plan, load_plan
-from matrix.records import read_record
 from matrix.releases import VLLM_VERSION
 from matrix.report.visible import visible
 
@@ -44,7 +44,7 @@ def _add_cells(parser: argparse.ArgumentParser) -> None:
 
 def cmd_env(args: argparse.Namespace) -> int:
     record = facts.collect_environment()
-    text = json.dumps(record, indent=2, sort_keys=True) + "\n"
+    text = EnvironmentRecord(record).to_json()
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
@@ -143,10 +143,9 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
-def _env_record(path: Path) -> dict:
+def _env_record(path: Path) -> EnvironmentRecord:
     """The record ``python -m matrix env`` wrote, or one line saying how to write it."""
-    again = f"write it with `python -m matrix env --out {path}`"
-    return read_record(path, classify.ENV_SCHEMA, f"--env {path}", "an environment record", again)
+    return EnvironmentRecord.read(path, f"--env {path}", f"write it with `python -m matrix env --out {path}`")
 
 
 def cmd_split(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from matrix.cells import Cell
 from matrix.errors import MatrixError
-from matrix.layout import vllm_release
+from matrix.host.record import EnvironmentRecord
 from matrix.plan import CellPlan, Execution
 
 ENVELOPE_SCHEMA = "wslpin-kit.envelope/1"
@@ -145,7 +145,7 @@ class Envelope:
 class RunInfo:
     """Facts about the run shared by every cell in it."""
 
-    env: dict  # the record of ``python -m matrix env``
+    env: EnvironmentRecord
     kit_commit: str
     runner_name: str
     started_at: str
@@ -159,32 +159,27 @@ class RunInfo:
 def envelope(plan: CellPlan, run: RunInfo) -> Envelope:
     """The envelope of one planned cell of a run."""
     env = run.env
-    packages = env.get("packages", {})
-    torch = packages.get("torch") or {}
-    vllm = packages.get("vllm") or {}
-    devices = env.get("gpu", {}).get("devices") or [{}]
-    torch_build = f"cuda {torch['cuda']}" if torch.get("cuda") else f"hip {torch['hip']}" if torch.get("hip") else "cpu"
     return Envelope(
         plan.cell,
         execution=plan.execution,
         execution_reason=plan.reason,
-        vllm_version=run.release or vllm_release(env),
-        vllm_commit=vllm.get("commit") or "",
-        torch_version=torch.get("version") or "not installed",
-        torch_build=torch_build if torch else "",
+        vllm_version=run.release or env.vllm_release,
+        vllm_commit=env.vllm_commit,
+        torch_version=env.torch_version or "not installed",
+        torch_build=env.torch_build if env.has_torch else "",
         # A GPU-less gate runs a CPU torch that can differ from the torch the vLLM release pins.
-        vllm_requires_torch=f"torch{vllm['requires_torch']}" if vllm.get("requires_torch") else "",
-        torch_mismatch=packages.get("torch_mismatch"),
-        kernel_release=env.get("kernel", {}).get("release", ""),
-        wsl=bool(env.get("wsl", {}).get("is_wsl", False)),
-        detected_host=env.get("host", {}).get("detected", ""),
-        gpu=devices[0].get("name", "") or "none",
-        gpu_driver=devices[0].get("driver", ""),
+        vllm_requires_torch=f"torch{env.vllm_requires_torch}" if env.vllm_requires_torch else "",
+        torch_mismatch=env.torch_mismatch,
+        kernel_release=env.kernel_release,
+        wsl=env.is_wsl,
+        detected_host=env.detected_host,
+        gpu=env.gpu_name or "none",
+        gpu_driver=env.gpu_driver,
         runner_name=run.runner_name,
         kit_commit=run.kit_commit,
         started_at=run.started_at,
-        env_hash=env.get("env_hash", ""),
-        env_schema=env.get("schema", ""),
+        env_hash=env.env_hash,
+        env_schema=env.schema,
         image=run.image,
         image_digest=run.image_digest if run.image else "",
     )

@@ -9,7 +9,6 @@ the envelope of provenance properties that the report reads.
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 from xml.etree.ElementTree import Element, tostring
 
@@ -72,7 +71,7 @@ def write_cell_results(
 
 def write_cells(plans: list[CellPlan], cases: list[Element], run: RunInfo, out: Path, no_results: str) -> list[Path]:
     """Write each planned cell's files from ``cases``, replacing any link at their names (matrix.files)."""
-    env = (json.dumps(run.env, indent=2, sort_keys=True) + "\n").encode()
+    env = run.env.to_json().encode()
     written = []
     for plan in plans:
         xml = JUnitXml(plan.cell.id)

@@ -15,21 +15,16 @@ from pathlib import Path
 UNKNOWN_RELEASE = "unknown"
 
 
-def vllm_release(env: dict) -> str:
-    """The vLLM release an environment record (``python -m matrix env``) names."""
-    return ((env.get("packages") or {}).get("vllm") or {}).get("version") or UNKNOWN_RELEASE
-
-
 def _slug(text: str) -> str:
     """``text`` as one safe path component: a version or an image reference never climbs out of results/."""
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip(".-") or UNKNOWN_RELEASE
 
 
-def run_dir(root: Path, env: dict, group: str, image: str = "") -> Path:
+def run_dir(root: Path, release: str, group: str, image: str = "") -> Path:
     """The directory for one run's files under ``root``.
 
     ``group`` names the tests the session ran (``cell``, ``gate``, ``repro``, ``probe``);
     a run inside ``image`` gets a directory of its own beside the host's.
     """
     name = f"{group}@{_slug(image)}" if image else group
-    return root / _slug(vllm_release(env)) / name
+    return root / _slug(release) / name

@@ -16,13 +16,14 @@ from xml.etree.ElementTree import Element, SubElement, tostring
 from matrix.envelope import RunInfo, envelope
 from matrix.files import write_file
 from matrix.host import facts
+from matrix.host.record import EnvironmentRecord
 from matrix.plan import CellPlan
 
 
 def write_misrouted(plans: list[CellPlan], release: str, out: Path) -> list[Path]:
     """Write ``<out>/<cell>.xml`` for each misrouted cell: its envelope and one error saying why."""
     run = RunInfo(
-        env=facts.collect_environment(),
+        env=EnvironmentRecord(facts.collect_environment()),
         kit_commit=facts.kit_commit(),
         runner_name=facts.runner_name(),
         started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -24,7 +24,7 @@ from xml.etree.ElementTree import Element, SubElement, tostring
 from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input, write_file
 from matrix.groups import GROUP_TESTS
-from matrix.host.classify import ENV_SCHEMA
+from matrix.host.record import EnvironmentRecord
 from matrix.plan import CellPlan
 from matrix.records import read_record
 
@@ -165,13 +165,13 @@ def import_run(folder: Path, results: Path) -> Imported:
     from matrix.plan import load_plan
 
     run = load_run(folder / RUN_RECORD)
-    env = read_record(folder / ENV_RECORD, ENV_SCHEMA, str(folder / ENV_RECORD), "an environment record", AGAIN)
+    env = EnvironmentRecord.read(folder / ENV_RECORD, str(folder / ENV_RECORD), AGAIN)
     plans = load_plan(folder / PLAN_RECORD).select(run.cells)
     info = RunInfo(
         env=env,
         kit_commit=facts.kit_commit(),
         # The machine that ran the cells, not this one.
-        runner_name=str((env.get("uname") or {}).get("node") or "unknown"),
+        runner_name=env.node or "unknown",
         started_at=run.started_at,
     )
     probe_record = None
@@ -185,7 +185,7 @@ def import_run(folder: Path, results: Path) -> Imported:
     directories = {}
     with tempfile.TemporaryDirectory(prefix="wslpin-import-") as tmp:
         for group in run.groups:
-            out = run_dir(results, env, group.group)
+            out = run_dir(results, env.vllm_release, group.group)
             raw = group_junit(folder, group, plans, run.deadline_s, Path(tmp))
             ended = "was killed at the run's deadline" if group.exit_code is None else f"exited {group.exit_code}"
             missing = f"pytest {ended} without writing {group.junit}: see {folder / LOG}"

@@ -17,8 +17,9 @@ from typing import Any
 
 from matrix.cells import Cell, Host, Stack, StrEnum, select
 from matrix.errors import MatrixError
-from matrix.host.classify import DetectedHost, detect, detected_from_record
+from matrix.host.classify import DetectedHost, detect
 from matrix.host.facts import collect_facts
+from matrix.host.record import EnvironmentRecord
 from matrix.records import read_record
 
 PLAN_SCHEMA = "wslpin-kit.plan/1"
@@ -98,9 +99,9 @@ class Plan:
         return cls(tuple(plan_cells(cells, here, require_native)), here, env_hash)
 
     @classmethod
-    def from_record(cls, cells: Iterable[Cell], record: dict[str, Any], require_native: bool = False) -> Plan:
+    def from_record(cls, cells: Iterable[Cell], record: EnvironmentRecord, require_native: bool = False) -> Plan:
         """The plan for the machine an environment record (``python -m matrix env``) describes."""
-        return cls.for_host(cells, detected_from_record(record), record.get("env_hash", ""), require_native)
+        return cls.for_host(cells, record.detected, record.env_hash, require_native)
 
     @classmethod
     def detected(cls, cells: Iterable[Cell], require_native: bool = False) -> Plan:

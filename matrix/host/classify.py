@@ -190,20 +190,6 @@ def detect(facts: HostFacts) -> DetectedHost:
     )
 
 
-def detected_from_record(record: dict) -> DetectedHost:
-    """The DetectedHost stored in an environment record (see ``environment_record``)."""
-    host = record.get("host", {})
-    kernel = record.get("kernel", {}).get("version")
-    devices = record.get("gpu", {}).get("devices") or [{}]
-    return DetectedHost(
-        host=Host.parse(host.get("detected", "")),
-        stack=Stack.parse(host["stack"]) if host.get("stack") else None,
-        kernel=tuple(kernel) if kernel else None,
-        gpu=devices[0].get("name", ""),
-        stack_reason=host.get("stack_reason", ""),
-    )
-
-
 def _key_like(run: str) -> bool:
     if not all(re.search(kind, run) for kind in ("[A-Z]", "[a-z]", "[0-9]")):
         return False

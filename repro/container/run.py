@@ -26,11 +26,12 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from xml.etree.ElementTree import Element
 
+from matrix.errors import MatrixError
 from matrix.host import classify, facts
 from matrix.host.facts import kit_commit, runner_name
+from matrix.host.record import EnvironmentRecord
 from matrix.layout import run_dir
 from matrix.plan import Plan
 from repro.container.docker_io import Ran, exit_reason, run_spec
@@ -43,27 +44,6 @@ DEFAULT_TIMEOUT = 3600.0
 LEFT_LIMIT = 64 * 2**20
 # The log kept beside the results is its end (where a crash shows); all of it was streamed to stdout.
 LOG_LIMIT = 16 * 2**20
-# Each field of an environment record that the host reads (matrix.junit.envelope, matrix.layout), and the
-# JSON types it reads it as: an image's record that fails one is refused, never half read.
-_OPTIONAL_TEXT = (str, type(None))
-_RECORD_FIELDS: tuple[tuple[tuple[str | int, ...], tuple[type, ...]], ...] = (
-    (("packages",), (dict,)),
-    (("packages", "torch"), (dict, type(None))),
-    (("packages", "vllm"), (dict, type(None))),
-    (("packages", "torch_mismatch"), (bool, type(None))),
-    *((("packages", "torch", key), _OPTIONAL_TEXT) for key in ("version", "cuda", "hip")),
-    *((("packages", "vllm", key), _OPTIONAL_TEXT) for key in ("version", "commit", "requires_torch")),
-    (("gpu",), (dict,)),
-    (("gpu", "devices"), (list, type(None))),
-    (("gpu", "devices", 0), (dict, type(None))),
-    *((("gpu", "devices", 0, key), _OPTIONAL_TEXT) for key in ("name", "driver")),
-    (("kernel",), (dict,)),
-    (("kernel", "release"), _OPTIONAL_TEXT),
-    (("wsl",), (dict,)),
-    (("host",), (dict,)),
-    (("host", "detected"), _OPTIONAL_TEXT),
-    (("env_hash",), _OPTIONAL_TEXT),
-)
 
 
 @dataclass(frozen=True)
@@ -72,14 +52,14 @@ class Outcome:
     crashed: str  # "" when the container left its results
 
 
-def _crashed_record() -> dict[str, Any]:
+def _crashed_record() -> EnvironmentRecord:
     """The record of a container that left none: the host it crashed on, without the host's packages.
 
     The packages were the image's, which never said which: the host's vLLM (a reused nox
     environment has one) must not pass for them and file the crash under a release it never ran.
     """
     record = {**facts.collect_environment(), "packages": {"torch": None, "vllm": None}}
-    return {**record, "env_hash": classify.environment_hash(record)}
+    return EnvironmentRecord({**record, "env_hash": classify.environment_hash(record)})
 
 
 def _read_left(path: Path, limit: int = LEFT_LIMIT) -> bytes | None:
@@ -106,16 +86,12 @@ def _read_left(path: Path, limit: int = LEFT_LIMIT) -> bytes | None:
         return file.read(limit)
 
 
-def _field(record: Any, path: tuple[str | int, ...]) -> Any:
-    for key in path:
-        if isinstance(key, int):
-            record = record[key] if isinstance(record, list) and len(record) > key else None
-        else:
-            record = record.get(key) if isinstance(record, dict) else None
-    return record
+# What a record the host refuses asks for: the kit mounted in the container writes the record, so another came
+# from the image itself.
+IMAGE_AGAIN = "use an image whose python3 runs the mounted kit's `python -m matrix env` as it is"
 
 
-def _left_record(scratch: Path) -> dict[str, Any] | None:
+def _left_record(scratch: Path) -> EnvironmentRecord | None:
     """The container's environment record, checked where the host reads it; None when it left none."""
     data = _read_left(scratch / "env.json")
     if data is None:
@@ -124,13 +100,10 @@ def _left_record(scratch: Path) -> dict[str, Any] | None:
         record = json.loads(data)
     except (UnicodeDecodeError, RecursionError, ValueError) as exc:
         raise ContainerError(f"the container's env.json is not JSON ({type(exc).__name__})") from None
-    if not isinstance(record, dict) or record.get("schema") != classify.ENV_SCHEMA:
-        raise ContainerError(f"the container's env.json is not an environment record (schema {classify.ENV_SCHEMA})")
-    for path, kinds in _RECORD_FIELDS:
-        if not isinstance(_field(record, path), kinds):
-            where = ".".join(map(str, path))
-            raise ContainerError(f"the container's env.json has no {where} of the kind an environment record has")
-    return record
+    try:
+        return EnvironmentRecord.from_json(record, "the container's env.json", IMAGE_AGAIN)
+    except MatrixError as exc:
+        raise ContainerError(str(exc)) from None
 
 
 def _left_cases(scratch: Path) -> list[Element] | None:
@@ -206,7 +179,7 @@ def run_in_image(
             ran = run_spec(spec, work / log, timeout, environ)
         except ContainerError as exc:
             crashed = str(exc)
-        record: dict[str, Any] | None = None
+        record: EnvironmentRecord | None = None
         cases: list[Element] | None = None
         try:
             record = _left_record(scratch)
@@ -217,7 +190,7 @@ def run_in_image(
         except ContainerError as exc:
             crashed = crashed or str(exc)
         record = record or _crashed_record()
-        out = run_dir(results, record, group, image)
+        out = run_dir(results, record.vllm_release, group, image)
         if ran is not None and cases is None and not crashed:
             crashed = exit_reason(ran, timeout, out / log)
         digest = ran.image_digest if ran is not None else ""

@@ -383,7 +383,7 @@ def test_a_hostile_image_cannot_make_the_host_write_or_read_through_its_links(
     results = tmp_path / "results"
     before = tree(tmp_path, results)
     # Where the host writes the cell's files, as the image's own record will place them.
-    theirs = run_dir(Path(".."), {"packages": {"vllm": {"version": VLLM_VERSION}}}, "cell", hostile_image)
+    theirs = run_dir(Path(".."), VLLM_VERSION, "cell", hostile_image)
     names = [f"{GATE_ONLY_CELL}{suffix}" for suffix in (".xml", ".env.json", ".container.log", ".probe.json")]
     planted = [*links, *names, *(f"{theirs}/{name}" for name in names)]
     env = {"VLLM_HOSTILE_CANARY": str(canary), "VLLM_HOSTILE_LINKS": " ".join(planted), "VLLM_HOSTILE_JUNIT": junit}

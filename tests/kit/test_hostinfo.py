@@ -15,13 +15,13 @@ from matrix.host.classify import (
     Gpu,
     HostFacts,
     detect,
-    detected_from_record,
     environment_record,
     parse_kernel_version,
     redact,
     vllm_kernel_version,
 )
 from matrix.host.facts import collect_facts
+from matrix.host.record import EnvironmentRecord
 from matrix.plan import plan_cell
 
 LINUX = {"system": "Linux", "node": "box", "release": "6.8.0-45-generic", "version": "#1 SMP", "machine": "x86_64"}
@@ -136,7 +136,7 @@ def test_record_round_trips_the_detected_host():
     assert record["schema"] == ENV_SCHEMA
     assert record["wsl"]["is_wsl"] and record["wsl"]["wsl_exe_version"] == "WSL version: 2.6.1.0"
     assert record["kernel"]["version"] == [5, 15, 167]
-    assert detected_from_record(json.loads(json.dumps(record))) == detect(facts)
+    assert EnvironmentRecord.from_json(json.loads(json.dumps(record)), "the record", "").detected == detect(facts)
     # The hash describes the environment, not the moment it was collected.
     assert environment_record(facts)["env_hash"] == record["env_hash"]
     other = wsl("5.15.167.4-microsoft-standard-WSL2", environ={"VLLM_WSL2_ENABLE_PIN_MEMORY": "1"})
@@ -152,7 +152,7 @@ def test_env_command_on_this_machine(cli, tmp_path):
     record = json.loads(text)
     assert record["schema"] == ENV_SCHEMA
     here = detect(collect_facts())
-    assert detected_from_record(record) == here
+    assert EnvironmentRecord.from_json(record, "the record", "").detected == here
     # A pinned allocation is only tried where a GPU is present.
     assert (record["gpu"]["pinned_allocation"] is None) == (here.stack is None)
     assert record["environment"]["HF_TOKEN"] == REDACTED
@@ -184,7 +184,9 @@ def test_env_and_plan_work_on_a_bare_python(tmp_path):
         text=True,
         check=False,
     )
-    expected = plan_cell(Cell.parse("cuda-wsl2new-v2-graph"), detected_from_record(record)).execution
+    expected = plan_cell(
+        Cell.parse("cuda-wsl2new-v2-graph"), EnvironmentRecord.from_json(record, "the record", "").detected
+    ).execution
     assert plan.returncode == 0 and f" {expected} " in plan.stdout, plan.stderr
 
 

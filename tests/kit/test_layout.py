@@ -11,7 +11,8 @@ import pytest
 from conftest import require_gate_only, run_module
 
 from matrix.groups import GROUP_TESTS
-from matrix.layout import run_dir
+from matrix.host.record import EnvironmentRecord
+from matrix.layout import UNKNOWN_RELEASE, run_dir
 from matrix.plan import cell_pytest_args
 from matrix.releases import VLLM_VERSION
 
@@ -52,7 +53,7 @@ def raw(tmp_path_factory, plan) -> dict[str, Path]:
 
 def split(results: Path, raw: Path, group: str, env: Path, plan: Path) -> Path:
     """What a session does after pytest: split its JUnit by its plan into the directory its environment record gives."""
-    out = run_dir(results, json.loads(env.read_text()), group)
+    out = run_dir(results, json.loads(env.read_text())["packages"]["vllm"]["version"], group)
     done = run_module("matrix", "split", str(raw), "--plan", str(plan), "--env", str(env), "--out", str(out))
     assert done.returncode == 0, done.stderr
     return out
@@ -79,16 +80,16 @@ def cells_of(document: dict, release: str) -> dict[str, dict]:
 
 
 def test_each_release_and_group_has_its_own_directory():
-    record = {"packages": {"vllm": {"version": "0.33.0"}}}
     root = Path("results")
-    assert run_dir(root, record, "gate") == root / "0.33.0" / "gate"
-    assert run_dir(root, {"packages": {"vllm": {"version": "0.32.0"}}}, "gate") == root / "0.32.0" / "gate"
-    assert run_dir(root, record, "probe") == root / "0.33.0" / "probe"
-    image = run_dir(root, record, "cell", "vllm/vllm-openai:v0.33.0")
+    assert run_dir(root, "0.33.0", "gate") == root / "0.33.0" / "gate"
+    assert run_dir(root, "0.32.0", "gate") == root / "0.32.0" / "gate"
+    assert run_dir(root, "0.33.0", "probe") == root / "0.33.0" / "probe"
+    image = run_dir(root, "0.33.0", "cell", "vllm/vllm-openai:v0.33.0")
     assert image == root / "0.33.0" / "cell@vllm-vllm-openai-v0.33.0"
     # A container that crashed before reporting its vLLM, or a record from anywhere: one component under root.
-    assert run_dir(root, {"packages": {"vllm": None}}, "cell", "x") == root / "unknown" / "cell@x"
-    assert run_dir(root, {"packages": {"vllm": {"version": "../.."}}}, "gate") == root / "unknown" / "gate"
+    assert EnvironmentRecord({"packages": {"vllm": None}}).vllm_release == UNKNOWN_RELEASE
+    assert run_dir(root, UNKNOWN_RELEASE, "cell", "x") == root / "unknown" / "cell@x"
+    assert run_dir(root, "../..", "gate") == root / "unknown" / "gate"
 
 
 @pytest.mark.reads_host

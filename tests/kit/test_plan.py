@@ -11,6 +11,7 @@ from conftest import run_module
 from matrix.cells import Cell, Host, Stack, select
 from matrix.host.classify import DetectedHost, detect
 from matrix.host.facts import collect_facts
+from matrix.host.record import EnvironmentRecord
 from matrix.plan import PLAN_SCHEMA, Execution, Plan, cell_pytest_args, load_plan, plan_cell, plan_cells
 
 
@@ -91,9 +92,9 @@ def test_plan_from_the_environment_record_is_written_once_and_read_back(cli, env
     out = tmp_path / "plan.json"
     done = cli("plan", "--cells", "cuda-wsl2*-*-graph", "--env", str(env_record), "--out", str(out))
     assert done.returncode == 0, done.stderr
-    record = json.loads(env_record.read_text())
+    record = EnvironmentRecord.read(env_record, str(env_record), "")
     plan = Plan.from_record(select("cuda-wsl2*-*-graph"), record)
-    assert load_plan(out) == plan and plan.env_hash == record["env_hash"]
+    assert load_plan(out) == plan and plan.env_hash == record.env_hash == json.loads(env_record.read_text())["env_hash"]
     assert json.loads(out.read_text())["schema"] == PLAN_SCHEMA
     # The same table as without --out, one row per cell.
     assert [line.split()[:2] for line in done.stdout.splitlines()] == [

@@ -22,6 +22,7 @@ from conftest import ROOT
 
 from matrix.cells import CELLS, Cell, Host, select
 from matrix.envelope import RunInfo
+from matrix.host.record import EnvironmentRecord
 from matrix.junit import write_cell_results
 from matrix.plan import CellPlan, Execution, Plan
 from matrix.releases import VLLM_VERSION
@@ -29,7 +30,7 @@ from matrix.releases import VLLM_VERSION
 WORKFLOW = yaml.safe_load((ROOT / ".github" / "workflows" / "matrix.yml").read_text())
 JOBS = WORKFLOW["jobs"]
 RUN = RunInfo(
-    env={"packages": {"vllm": {"version": VLLM_VERSION}}, "host": {"detected": "faked"}},
+    env=EnvironmentRecord({"packages": {"vllm": {"version": VLLM_VERSION}}, "host": {"detected": "faked"}}),
     kit_commit="test",
     runner_name="faked-runner",
     started_at="2026-12-01T03:17:00+00:00",
@@ -76,8 +77,9 @@ def upload(artifacts: Path, name: str, results: Path) -> None:
 
 def runner_run(host: Host) -> RunInfo:
     """RUN as a runner on ``host`` with a GPU records it: an envelope that contradicts itself is not believed."""
-    env = {**RUN.env, "host": {"detected": host.value}, "wsl": {"is_wsl": host.is_wsl}}
-    return dataclasses.replace(RUN, env={**env, "gpu": {"devices": [{"name": "a GPU (faked for the test)"}]}})
+    env = {**RUN.env.data, "host": {"detected": host.value}, "wsl": {"is_wsl": host.is_wsl}}
+    devices = {"gpu": {"devices": [{"name": "a GPU (faked for the test)"}]}}
+    return dataclasses.replace(RUN, env=EnvironmentRecord({**env, **devices}))
 
 
 def fake_results(

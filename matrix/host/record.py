@@ -1,0 +1,183 @@
+"""The environment record ``python -m matrix env`` writes: one loader that checks every field the kit reads.
+
+``classify.environment_record`` writes it; everything else reads it through ``EnvironmentRecord``, whose
+loader refuses a record with one line (what is wrong, how to write a good one) before any field is read, so
+that a record from another machine (an offline GPU run's folder, a container's scratch, a runner's artifact)
+is never half read. Standard library only: ``env`` and ``plan`` run on a bare Python 3.8.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Tuple, Union
+
+from matrix.cells import Host, Stack
+from matrix.errors import MatrixError
+from matrix.host.classify import ENV_SCHEMA, DetectedHost
+from matrix.layout import UNKNOWN_RELEASE
+from matrix.records import read_record
+
+_TEXT = (str, type(None))
+_Path = Tuple[Union[str, int], ...]
+# Each field the kit reads, and the JSON types it reads it as (absent reads as None). One entry per field:
+# a record failing one is refused whole.
+FIELDS: tuple[tuple[_Path, tuple[type, ...]], ...] = (
+    (("host",), (dict,)),
+    *((("host", key), _TEXT) for key in ("detected", "stack", "stack_reason")),
+    (("uname",), (dict, type(None))),
+    (("uname", "node"), _TEXT),
+    (("kernel",), (dict,)),
+    (("kernel", "release"), _TEXT),
+    (("kernel", "version"), (list, type(None))),
+    (("wsl",), (dict,)),
+    (("wsl", "is_wsl"), (bool, type(None))),
+    (("gpu",), (dict,)),
+    (("gpu", "devices"), (list, type(None))),
+    (("gpu", "devices", 0), (dict, type(None))),
+    *((("gpu", "devices", 0, key), _TEXT) for key in ("name", "driver")),
+    (("packages",), (dict,)),
+    *((("packages", name), (dict, type(None))) for name in ("torch", "vllm")),
+    (("packages", "torch_mismatch"), (bool, type(None))),
+    *((("packages", "torch", key), _TEXT) for key in ("version", "cuda", "hip")),
+    *((("packages", "vllm", key), _TEXT) for key in ("version", "commit", "requires_torch")),
+    (("env_hash",), _TEXT),
+)
+
+
+_NOT_WRITTEN = "is not an environment record as `python -m matrix env` writes it"
+
+
+def _field(record: object, path: _Path) -> object:
+    for key in path:
+        if isinstance(key, int):
+            record = record[key] if isinstance(record, list) and len(record) > key else None
+        else:
+            record = record.get(key) if isinstance(record, dict) else None
+    return record
+
+
+def _where(path: _Path) -> str:
+    return ".".join(map(str, path))
+
+
+@dataclass(frozen=True)
+class EnvironmentRecord:
+    """One machine's record, as written (it is hashed, stored beside results and shown), read through properties."""
+
+    data: Mapping[str, Any]
+
+    @classmethod
+    def from_json(cls, data: object, name: str, again: str) -> EnvironmentRecord:
+        """``data`` if it is an environment record whose every read field has its kind; else one line naming
+        ``name``, the first field that is wrong, and ``again`` (how to write a good one)."""
+        if not isinstance(data, dict) or data.get("schema") != ENV_SCHEMA:
+            raise MatrixError(f"{name} is not an environment record (schema {ENV_SCHEMA}): {again}")
+        for path, kinds in FIELDS:
+            value = _field(data, path)
+            if not isinstance(value, kinds):
+                raise MatrixError(f"{name} {_NOT_WRITTEN} (its {_where(path)} is {type(value).__name__}): {again}")
+        version = _field(data, ("kernel", "version"))
+        if version is not None and not (len(version) == 3 and all(type(part) is int and part >= 0 for part in version)):
+            raise MatrixError(f"{name} {_NOT_WRITTEN} (its kernel.version is not three numbers): {again}")
+        stack = _field(data, ("host", "stack"))
+        if _field(data, ("host", "detected")) not in {host.value for host in Host} or (
+            stack is not None and stack not in {stack.value for stack in Stack}
+        ):
+            raise MatrixError(f"{name} {_NOT_WRITTEN} (its host names no host and stack of the matrix): {again}")
+        return cls(data)
+
+    @classmethod
+    def read(cls, path: Path, name: str, again: str) -> EnvironmentRecord:
+        """The record at ``path``: read as an untrusted input (``matrix.records``), then checked as above."""
+        return cls.from_json(read_record(path, ENV_SCHEMA, name, "an environment record", again), name, again)
+
+    def to_json(self) -> str:
+        """The record as ``python -m matrix env`` writes it, and as it is kept beside each cell's results."""
+        return json.dumps(self.data, indent=2, sort_keys=True) + "\n"
+
+    def _text(self, *path: str | int) -> str:
+        return str(_field(self.data, path) or "")
+
+    @property
+    def schema(self) -> str:
+        return self._text("schema")
+
+    @property
+    def env_hash(self) -> str:
+        return self._text("env_hash")
+
+    @property
+    def node(self) -> str:
+        """The machine's network name (uname), which names the runner where no other name is known."""
+        return self._text("uname", "node")
+
+    @property
+    def vllm_release(self) -> str:
+        """The installed vLLM's version, or ``unknown`` where the record names none."""
+        return self._text("packages", "vllm", "version") or UNKNOWN_RELEASE
+
+    @property
+    def vllm_commit(self) -> str:
+        return self._text("packages", "vllm", "commit")
+
+    @property
+    def vllm_requires_torch(self) -> str:
+        """The torch requirement in vLLM's metadata (``==2.13.0``), "" where it names none."""
+        return self._text("packages", "vllm", "requires_torch")
+
+    @property
+    def has_torch(self) -> bool:
+        return bool(_field(self.data, ("packages", "torch")))
+
+    @property
+    def torch_version(self) -> str:
+        return self._text("packages", "torch", "version")
+
+    @property
+    def torch_build(self) -> str:
+        """``cuda X``, ``hip X`` or ``cpu``: which GPU stack the installed torch was built for."""
+        cuda, hip = self._text("packages", "torch", "cuda"), self._text("packages", "torch", "hip")
+        return f"cuda {cuda}" if cuda else f"hip {hip}" if hip else "cpu"
+
+    @property
+    def torch_mismatch(self) -> bool | None:
+        """Whether torch is outside the one vLLM asks for; None where unknown."""
+        return _field(self.data, ("packages", "torch_mismatch"))  # type: ignore[return-value]
+
+    @property
+    def kernel_release(self) -> str:
+        return self._text("kernel", "release")
+
+    @property
+    def is_wsl(self) -> bool:
+        """WSL by any sign (the record's; the host cell follows vLLM's reading of the uname)."""
+        return bool(_field(self.data, ("wsl", "is_wsl")))
+
+    @property
+    def gpu_name(self) -> str:
+        return self._text("gpu", "devices", 0, "name")
+
+    @property
+    def gpu_driver(self) -> str:
+        return self._text("gpu", "devices", 0, "driver")
+
+    @property
+    def detected_host(self) -> str:
+        """The host cell's name the machine was detected as (``linux``, ``wsl2old``, ``wsl2new``)."""
+        return self._text("host", "detected")
+
+    @property
+    def detected(self) -> DetectedHost:
+        """The host as ``python -m matrix env`` detected it on that machine: what its plan is made for."""
+        stack = self._text("host", "stack")
+        kernel = _field(self.data, ("kernel", "version"))
+        return DetectedHost(
+            host=Host.parse(self.detected_host),
+            stack=Stack.parse(stack) if stack else None,
+            kernel=tuple(kernel) if kernel else None,  # type: ignore[arg-type]
+            gpu=self.gpu_name,
+            stack_reason=self._text("host", "stack_reason"),
+        )
