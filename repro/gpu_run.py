@@ -64,7 +64,7 @@ CALL_LIMIT = 64 << 20  # bytes a device call carries: the tree, shared/ and the 
 CHUNK_LIMIT = (45 << 20) + (64 << 10)
 COMMAND_LIMIT = 2000  # characters of one device command
 
-# The three device-tool calls, back to back (docs/runners.md): the first two carry a chunk of
+# The three device-tool calls, back to back (docs/device-run.md): the first two carry a chunk of
 # vLLM each; the third carries the last one and the kit's dependencies, and runs the whole thing.
 DEVICE_CALLS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (f"bash {VLLM_CHUNKS}/chunk-1/install.sh {VLLM_CHUNKS}/chunk-1", (f"{VLLM_CHUNKS}/chunk-1",)),

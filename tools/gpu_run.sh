@@ -2,7 +2,7 @@
 # The offline GPU run (docs/runners.md): the gate, probe and repro groups of every cuda-* cell
 # against the vLLM and torch of this machine's python3, within one deadline, into $OUT.
 #   bash tools/gpu_run.sh [--budget S] [--jobs N] [--cells P]
-# vLLM may come as unpacked files on PYTHONPATH (../shared/tools/vllm-on-gpu/); the kit's
+# vLLM may come as unpacked files on PYTHONPATH (docs/device-run.md); the kit's
 # pure-Python dependencies come from build/gpu-run/deps where the call carried them
 # (`python -m repro.gpu_run prepare` stages them), else from python3's own packages.
 set -euo pipefail

@@ -102,7 +102,7 @@ def import_run(folder: Path, where: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_device_calls_fit_the_tool_and_are_the_documented_ones(device_kit):
-    docs = (ROOT / "docs" / "runners.md").read_text()
+    docs = (ROOT / "docs" / "device-run.md").read_text()
     for command, carry in gpu_run.DEVICE_CALLS:
         assert len(command) <= gpu_run.COMMAND_LIMIT
         assert command in docs and all(f'"{path}"' in docs for path in carry)
