@@ -17,6 +17,7 @@ from test_report import NOW, envelope, gate_case
 
 from matrix import history_cache
 from matrix.errors import MatrixError
+from matrix.host.classify import ENV_SCHEMA
 from matrix.releases import HISTORY_VERSIONS
 from matrix.report import render_html, render_json, render_md
 from matrix.report.bench import BenchSummary
@@ -358,6 +359,17 @@ def test_the_published_page_opens_offline(tmp_path):
 # --- one path: the history session runs its releases the way a cell session runs its cells -------------------
 
 
+# The least environment record `matrix env` could write: a machine without a GPU, with vLLM 0.33.0.
+RECORD = {
+    "schema": ENV_SCHEMA,
+    "host": {"detected": "linux", "stack": None, "stack_reason": "no GPU"},
+    "kernel": {"release": "6.1.0", "version": [6, 1, 0]},
+    "wsl": {"is_wsl": False},
+    "gpu": {"devices": []},
+    "packages": {"vllm": {"version": "0.33.0"}},
+}
+
+
 class RecordingSession:
     """What noxfile's sessions ask of nox, recorded instead of run; ``matrix env`` leaves a record to read."""
 
@@ -372,7 +384,7 @@ class RecordingSession:
         if args[:3] == ("uv", "pip", "install"):
             self.installs.append((args, kwargs.get("env")))
         if args[1:4] == ("-m", "matrix", "env"):
-            Path(args[args.index("--out") + 1]).write_text(json.dumps({"packages": {"vllm": {"version": "0.33.0"}}}))
+            Path(args[args.index("--out") + 1]).write_text(json.dumps(RECORD))
         return ""
 
     def install(self, *args: str, **kwargs: object) -> None:
