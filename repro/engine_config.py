@@ -177,10 +177,10 @@ def _logged_warnings() -> Iterator[list[str]]:
     seen: list[str] = []
     handle = logging.Logger.handle
 
-    def keep(logger: logging.Logger, record: logging.LogRecord) -> None:
+    def keep(self: logging.Logger, record: logging.LogRecord) -> None:
         if record.levelno >= logging.WARNING and record.name.partition(".")[0] == "vllm":
             seen.append(_message(record))
-        handle(logger, record)
+        handle(self, record)
 
     logging.Logger.handle = keep  # type: ignore[method-assign]
     try:

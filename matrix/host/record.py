@@ -80,7 +80,9 @@ class EnvironmentRecord:
             if not isinstance(value, kinds):
                 raise MatrixError(f"{name} {_NOT_WRITTEN} (its {_where(path)} is {type(value).__name__}): {again}")
         version = _field(data, ("kernel", "version"))
-        if version is not None and not (len(version) == 3 and all(type(part) is int and part >= 0 for part in version)):
+        if version is not None and not (
+            isinstance(version, list) and len(version) == 3 and all(type(p) is int and p >= 0 for p in version)
+        ):
             raise MatrixError(f"{name} {_NOT_WRITTEN} (its kernel.version is not three numbers): {again}")
         stack = _field(data, ("host", "stack"))
         if _field(data, ("host", "detected")) not in {host.value for host in Host} or (
