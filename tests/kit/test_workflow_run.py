@@ -158,7 +158,14 @@ def report(workspace: Path, planned: str) -> tuple[subprocess.CompletedProcess, 
     temp = workspace / "runner-temp"
     temp.mkdir()
     summary = workspace / "step-summary.md"
-    done = bash(rest, workspace, RUNNERS=planned, RUNNER_TEMP=str(temp), GITHUB_STEP_SUMMARY=str(summary))
+    done = bash(
+        rest,
+        workspace,
+        RUNNERS=planned,
+        RUNNER_TEMP=str(temp),
+        GITHUB_STEP_SUMMARY=str(summary),
+        GITHUB_OUTPUT=str(workspace / "step-outputs"),
+    )
     compat = json.loads((workspace / "site" / "compat.json").read_text())
     assert summary.read_text() == (workspace / "site" / "COMPATIBILITY.md").read_text()
     return done, compat, summary.read_text()
@@ -197,6 +204,13 @@ def test_a_lying_crashed_misrouted_or_missing_runner_fails_the_report(tmp_path, 
     assert "Suspect results" in summary and "cuda-wsl2new-v1-graph" in summary
     assert "10 cell(s) regressed, crashed, misrouted or missing" in done.stderr
     assert "1 result(s) claim a run their runner may not speak for" in done.stderr
+    # On the commit: an annotation per crashed or misrouted cell, and the counts as the step's outputs.
+    errors = [line for line in done.stdout.splitlines() if line.startswith("::error ")]
+    warnings = [line for line in done.stdout.splitlines() if line.startswith("::warning ")]
+    assert len(errors) == 6 and f"::error title=vLLM {VLLM_VERSION} rocm-wsl2old-v1-graph%3A crashed::" in done.stdout
+    assert len(warnings) == 4 and all("cuda-wsl2new" in line for line in warnings)
+    outputs = dict(line.split("=") for line in (tmp_path / "step-outputs").read_text().splitlines())
+    assert (outputs["cells"], outputs["crashed"], outputs["misrouted"], outputs["missing"]) == ("24", "2", "4", "4")
 
 
 def test_an_honest_run_passes(tmp_path, planned):
