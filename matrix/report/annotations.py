@@ -18,10 +18,10 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from matrix.bounded_json import parse
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
-from matrix.files import InputFileError, read_input
+from matrix.records import read_record
+from matrix.report.model import REPORT_SCHEMA
 from matrix.report.status import Status
 from matrix.report.visible import visible
 
@@ -82,15 +82,11 @@ def outputs(document: dict) -> dict[str, int]:
 
 
 def _load(path: Path) -> dict:
+    """The report's compat.json, read as any record the kit did not write here (``matrix.records``)."""
     again = "give the compat.json `python -m matrix report` wrote"
-    try:
-        document = parse(read_input(path))
-    except InputFileError as exc:
-        raise MatrixError(f"{path} is {exc}: {again}") from None
-    except MatrixError as exc:
-        raise MatrixError(f"{path} cannot be read ({exc}): {again}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("versions"), list):
-        raise MatrixError(f"{path} is not a report's compat.json: {again}")
+    document = read_record(path, REPORT_SCHEMA, str(path), "a report's compat.json", again)
+    if not isinstance(document.get("versions"), list):
+        raise MatrixError(f"{path} is not a report's compat.json (no list of versions): {again}")
     return document
 
 

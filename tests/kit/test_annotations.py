@@ -79,6 +79,7 @@ def test_the_command_appends_the_counts_and_refuses_what_no_report_wrote(tmp_pat
     done = run_module("matrix.report.annotations", str(compat), "--github-output", str(out))
     assert done.returncode == 0 and done.stdout == "", done.stderr
     assert out.read_text().splitlines()[:3] == ["earlier=1", "cells=1", "pass=1"]
-    compat.write_text('{"versions": 7}')
-    done = run_module("matrix.report.annotations", str(compat))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "is not a report's compat.json" in done.stderr
+    for text, says in (("{", "cannot be read"), ('{"versions": []}', "is not a report's compat.json (schema")):
+        compat.write_text(text)
+        done = run_module("matrix.report.annotations", str(compat))
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
