@@ -1,9 +1,10 @@
 """Sessions of the vLLM WSL2 pinned-memory compatibility kit; `nox -l` lists them.
 
 Cells come from matrix.cells, the one place they are defined. Options after `--`:
-`--vllm X.Y.Z` picks the vLLM release (default below), `--vllm installed` runs against the vLLM
-and torch of the Python nox runs in, installing nothing (with `nox --no-venv`); anything else
-goes to pytest.
+`--vllm X.Y.Z` picks the vLLM release (default below), `--vllm path/to/vllm-*.whl` a wheel,
+`--vllm path/to/vllm` a source checkout (its files over its release's compiled ones: matrix.vllm_source),
+`--vllm installed` the vLLM and torch of the Python nox runs in, installing nothing (with
+`nox --no-venv`); anything else goes to pytest.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from packaging.version import InvalidVersion, Version
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from matrix import history_cache  # noqa: E402
+from matrix import history_cache, vllm_source  # noqa: E402
 from matrix.cells import CELLS, Host, select  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
 from matrix.groups import GROUP_TESTS  # noqa: E402
@@ -69,14 +70,58 @@ def _release(session: nox.Session, text: str, option: str) -> str:
     return text
 
 
+def _vllm_option(session: nox.Session, text: str) -> str:
+    """``--vllm``: a release, ``installed``, a vLLM wheel file or a vLLM source checkout (paths made absolute)."""
+    path = Path(text)
+    if text == INSTALLED:
+        return text
+    if path.is_dir():
+        _source_tree(session, str(path.resolve()))  # refused here, before the session reads the machine
+        return str(path.resolve())
+    if text.endswith(".whl"):
+        if not path.is_file() or not path.name.startswith("vllm-"):
+            session.error(f"--vllm {text!r}: no vLLM wheel file there (a file named vllm-<version>-...whl)")
+        return str(path.resolve())
+    if os.sep in text or not text[:1].isdigit():
+        session.error(
+            f"--vllm {text!r} is no release, vLLM wheel file or directory: give a release such as {VLLM_VERSION}, "
+            f"a wheel, a vLLM source checkout, or `{INSTALLED}`"
+        )
+    return _release(session, text, "--vllm")
+
+
+def _source_tree(session: nox.Session, vllm: str) -> vllm_source.SourceTree | None:
+    """The checkout ``--vllm`` names, placed by git after its release; None for a release, a wheel, ``installed``."""
+    if not Path(vllm).is_dir():
+        return None
+    try:
+        return vllm_source.describe(Path(vllm))
+    except MatrixError as exc:
+        session.error(f"--vllm: {exc}")
+
+
+def _install_chosen(session: nox.Session, vllm: str, full: bool) -> None:
+    """What ``--vllm`` names: a release or wheel as it is; a checkout as its release with the checkout laid over."""
+    tree = _source_tree(session, vllm)
+    _install(session, tree.release if tree else vllm, full=full)
+    if tree is not None:
+        _lay_over(session, tree, Path(session.create_tmp()))
+
+
+def _lay_over(session: nox.Session, tree: vllm_source.SourceTree, tmp: Path) -> None:
+    """The checkout over the release just installed (``matrix.vllm_source``), first on every process's path."""
+    layer = tmp / "vllm-source"
+    session.run("python", "-m", "matrix.vllm_source", str(tree.path), "--out", str(layer))
+    session.env["PYTHONPATH"] = vllm_source.python_path(layer, os.environ.get("PYTHONPATH"))
+
+
 def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog=f"nox -s '{session.name}' --", add_help=False)
     parser.add_argument("--vllm", default=VLLM_VERSION)
     parser.add_argument("--cells", help="narrow the session's cells: ids or globs")
     parser.add_argument("--image", help="run the cells inside this container image (its python3 has vLLM)")
     args, rest = parser.parse_known_args(session.posargs)
-    if args.vllm != INSTALLED:
-        _release(session, args.vllm, "--vllm")
+    args.vllm = _vllm_option(session, args.vllm)
     return args, rest
 
 
@@ -120,12 +165,13 @@ def _install(session: nox.Session, vllm: str, full: bool, python: str | None = N
 
 def _install_vllm(session: nox.Session, install, vllm: str, full: bool) -> None:
     """vLLM. Without a GPU for the cells: vLLM's wheel alone plus what its gate code imports."""
+    wanted = vllm if vllm.endswith(".whl") else f"vllm=={vllm}"
     if full:
-        requirement = [f"vllm=={vllm}"]
+        requirement = [wanted]
     else:
         install("--no-deps", "-r", GATE_LOCK)
         install(GATE_TORCH)
-        requirement = ["--no-deps", f"vllm=={vllm}"]
+        requirement = ["--no-deps", wanted]
     try:
         install(*requirement)
     except nox.command.CommandFailed:
@@ -149,10 +195,12 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
             session.error(f"--cells {args.cells!r} names no cell of this session ({pattern})")
         pattern = ",".join(cell.id for cell in cells)
     if args.image:
+        if Path(args.vllm).exists():
+            session.error("--image runs the image's own vLLM: drop --vllm, or drop --image to run that vLLM here")
         _run_in_image(session, pattern, group, args.image, (*tests, *pytest_args))
         return
     # Only what to install: the session's plan is made after it, from the environment record (_test_cells).
-    _install(session, args.vllm, full=Plan.detected(cells).uses_gpu)
+    _install_chosen(session, args.vllm, full=Plan.detected(cells).uses_gpu)
     tmp = Path(session.create_tmp())
     record = _record_environment(session, "python", tmp)
     if record is None:
@@ -448,13 +496,15 @@ def publish(session: nox.Session) -> None:
     """The history (options after `--` as for history), then docs/matrix/ (the published table) from it.
 
     Its inputs: results/history/ and any docs/probe/*.json and docs/bench/. The history's results behind it are
-    kept beside it, in COMMITTED_HISTORY: commit both.
+    kept beside it, in COMMITTED_HISTORY, and the doctor's part of it in matrix/doctor/matrix.json: commit all.
     """
     _history(session, record=True)
     session.install("-e", ".[report]")
     # Paths relative to the kit (nox runs in its directory): the published inputs name no machine's disk.
     inputs = ("results/history", "--probes", "docs/probe", "--bench", "docs/bench")
     session.run("python", "-m", "matrix", "report", *inputs, "--out", "docs/matrix")
+    # What the doctor answers from wherever the kit is installed: its part of the matrix, in the package.
+    session.run("python", "-m", "matrix.doctor.published", "docs/matrix/compat.json")
 
 
 @nox.session(default=False)
@@ -478,7 +528,7 @@ def bench(session: nox.Session) -> None:
             plan.require_gpu("serve vLLM", "add `-- --server fake` to run the benchmark against the kit's test server")
         except MatrixError as exc:
             session.error(str(exc))
-        _install(session, args.vllm, full=True)
+        _install_chosen(session, args.vllm, full=True)
     session.run("python", "-m", "repro", "bench", "--cell", bench_args.cell, "--server", bench_args.server, *rest)
 
 

@@ -19,17 +19,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from matrix.cells import Mode, Runner, Stack, select
-from matrix.cli import KIT_ROOT, run_command_line
+from matrix.cells import Cell, select
+from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.host import facts
 from matrix.host.record import EnvironmentRecord
 from matrix.plan import Execution, Plan, load_plan
 from matrix.releases import VLLM_VERSION
 from matrix.report.visible import visible
-
-# The matrix as published, in the kit's own tree: a fresh clone answers without running anything.
-PUBLISHED = "docs/matrix/compat.json"
+from matrix.variables import GATE_PIN_VALUES
 
 
 def _cells_arg(args: argparse.Namespace) -> str | None:
@@ -60,30 +58,11 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    # Here, not at the top: what the history's `env`, `plan` and `split` import is its cache key
-    # (matrix/history_cache.py), and the doctor's words change no release's results.
-    from matrix.cells import ModelClass
-    from matrix.doctor import answer, published, render
+    # Here, not at the top nor in build_parser: what the history's `env`, `plan` and `split` import is its cache
+    # key (matrix/history_cache.py), and the doctor changes no release's results.
+    from matrix.doctor import cli
 
-    asked = answer.Asked(
-        kernel=args.kernel,
-        stack=Stack.parse(args.stack) if args.stack else None,
-        vllm=args.vllm,
-        runner=Runner.parse(args.runner) if args.runner else None,
-        mode=Mode.parse(args.mode) if args.mode else None,
-        model_class=ModelClass.MOE if args.moe else None,
-    )
-    try:
-        setup = answer.set_up(facts.collect_facts(), asked)
-        if args.matrix:
-            table = published.read_published(Path(args.matrix), f"--matrix {args.matrix}")
-        else:
-            table = published.read_published(KIT_ROOT / PUBLISHED, PUBLISHED)
-        found = answer.answer(setup, table)
-    except answer.RefusedError as exc:
-        raise MatrixError(render.refusal(exc.refusal)) from None
-    print(render.render_json(found) if args.json else render.render_text(found))
-    return 0
+    return cli.main(args.args, prog="python -m matrix doctor")
 
 
 def _nox_listing(path: str) -> list[dict]:
@@ -97,13 +76,16 @@ def _nox_listing(path: str) -> list[dict]:
 def cmd_plan(args: argparse.Namespace) -> int:
     from matrix.ci import pipeline
 
-    if args.format == "github":
+    if args.format in ("github", "runners"):
         cells = select(_cells_arg(args))
         if args.nox_json:
             listed = set(pipeline.cells_from_nox(_nox_listing(args.nox_json)))
             cells = [cell for cell in cells if cell in listed]
-        print(pipeline.github_matrix(cells))
+        jobs = pipeline.github_matrix if args.format == "github" else pipeline.runner_claims
+        print(jobs(cells, args.online or ""))
         return 0
+    if args.online is not None:
+        raise MatrixError("--online plans runner jobs: give it with --format github or --format runners")
     cells, require_native = select(_cells_arg(args)), args.require == "native"
     if args.misrouted_out and not require_native:
         raise MatrixError("--misrouted-out writes the cells --require native refuses: give both")
@@ -316,23 +298,35 @@ def cmd_import_run(args: argparse.Namespace) -> int:
         return cmd_report(report)
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from matrix.bisect import Question, bisect, render
+    from matrix.expectations import GATE_KEYS
+
+    if args.key is not None and args.key not in GATE_KEYS:
+        raise MatrixError(f"--key {args.key!r} is not a gate key; one of {', '.join(GATE_KEYS)}")
+    question = Question(
+        Cell.parse(args.cell),
+        keys=(args.key,) if args.key else tuple(GATE_KEYS),
+        pin_envs=(args.pin_env,) if args.pin_env else GATE_PIN_VALUES,
+    )
+    result = bisect(Path(args.checkout), args.good, args.bad, question, say=lambda line: print(line, file=sys.stderr))
+    print(render(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m matrix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     doctor = sub.add_parser(
-        "doctor", help="the published answer for this machine (or the set-up the flags describe): what to set or do"
+        "doctor",
+        help="the published answer for this machine (or the set-up the flags describe): what to set or do",
+        # Every argument, --help included, goes to the doctor's own parser (matrix.doctor.cli, which
+        # wslpin-doctor runs too): no character starts an option of this one.
+        add_help=False,
+        prefix_chars="\0",
     )
-    doctor.add_argument("--kernel", metavar="RELEASE", help="a `uname -r` release instead of this machine's")
-    doctor.add_argument("--stack", metavar="cuda|rocm", help="the GPU stack instead of the detected one")
-    doctor.add_argument("--vllm", metavar="X.Y.Z", help="a vLLM release instead of the installed one")
-    doctor.add_argument("--runner", metavar="v1|v2", help="the model runner instead of the variable or the default")
-    doctor.add_argument("--mode", metavar="graph|eager", help="eager: with --enforce-eager (default: graph)")
-    doctor.add_argument(
-        "--moe", action="store_true", help="for an MoE model: vLLM's default runner differs for them (before 0.29.0)"
-    )
-    doctor.add_argument("--matrix", metavar="PATH", help=f"a compat.json instead of the published {PUBLISHED}")
-    doctor.add_argument("--json", action="store_true", help="print the answer as JSON")
+    doctor.add_argument("args", nargs=argparse.REMAINDER)
     doctor.set_defaults(func=cmd_doctor)
 
     env = sub.add_parser("env", help="collect this machine's environment as schema-versioned JSON")
@@ -344,11 +338,18 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--require", choices=["native"], help="fail (exit 3) for any cell this host is not")
     plan.add_argument(
         "--format",
-        choices=["text", "json", "github"],
+        choices=["text", "json", "github", "runners"],
         default="text",
-        help="github: the job matrix (per runner kind) a workflow feeds to fromJson",
+        help="github: the job matrix (per runner kind) a workflow feeds to fromJson; runners: those jobs and the "
+        "kinds not planned, for the report's --runners",
     )
     plan.add_argument("--nox-json", help="with --format github: `nox -l --json` output (a file, or - for stdin)")
+    plan.add_argument(
+        "--online",
+        metavar="KINDS",
+        help="with --format github|runners: plan only these runner kinds (e.g. cuda-linux,cuda-wsl2new; `none`; "
+        "empty: all), the repository variable WSLPIN_RUNNER_KINDS",
+    )
     plan.add_argument("--env", help="plan for the machine this record (`python -m matrix env`) describes")
     plan.add_argument("--out", help="also write the plan here (plan.json) for pytest, split and the container runner")
     plan.add_argument(
@@ -416,6 +417,19 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--results", default="results", help="the results tree to write into")
     imp.add_argument("--report", default="build/report/gpu-run", help="directory for the report of this run")
     imp.set_defaults(func=cmd_import_run)
+
+    bis = sub.add_parser(
+        "bisect",
+        help="the first commit of a vLLM checkout where a cell's gate answer changed (needs vLLM installed: "
+        "each commit is laid over it)",
+    )
+    bis.add_argument("checkout", help="a vLLM git checkout, with its release tags")
+    bis.add_argument("--good", required=True, help="a commit with the old answer (tag, branch or hash)")
+    bis.add_argument("--bad", required=True, help="a later commit with the new answer")
+    bis.add_argument("--cell", required=True, help="e.g. cuda-wsl2new-v1-graph")
+    bis.add_argument("--key", help="compare only this gate key (e.g. pin); default: all of them")
+    bis.add_argument("--pin-env", choices=GATE_PIN_VALUES, help="only this value of the opt-in (default: each)")
+    bis.set_defaults(func=cmd_bisect)
 
     page = sub.add_parser("page", help="open the report's index.html in headless Chromium: check it, screenshot it")
     page.add_argument("report", help="the directory `report` wrote")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,12 +29,18 @@ def missing_dependency(module: str) -> str:
 def run_command_line(build_parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None) -> int:
     """Build the parser, parse, run the chosen command.
 
-    A MatrixError, or a package this Python lacks, is one line on stderr and exit 2, never a traceback.
+    A MatrixError, or a package this Python lacks, is one line on stderr and exit 2, never a traceback; a closed
+    standard output ends the command quietly.
     Commands import third-party packages lazily, so this also covers the imports ``build_parser`` makes.
     """
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
+    except BrokenPipeError:
+        # The reader left (`doctor | head`): what was left to print has nowhere to go, and Python would say so
+        # again at exit while flushing; exit as a command killed by SIGPIPE would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except MatrixError as exc:
         # The message may quote an input: on one line, so none of it can be a runner's command.
         print(f"error: {visible(exc)}", file=sys.stderr)

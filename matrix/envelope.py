@@ -40,9 +40,11 @@ _TEXT_AFTER_WSL = (
     "env_schema",
 )
 _IMAGE = ("image", "image_digest")
+# Written only for a vLLM not installed from an index, so a release's envelope is the same as before.
+_SOURCE = "vllm_source"
 _KNOWN = frozenset(
     ("envelope_schema", "cell_id", *_AXES, "execution", *_TEXT, "torch_mismatch", *_TEXT_AFTER_MISMATCH, "wsl")
-    + (*_TEXT_AFTER_WSL, *_IMAGE)
+    + (*_TEXT_AFTER_WSL, *_IMAGE, _SOURCE)
 )
 _BOOLEANS = {"true": True, "false": False}
 
@@ -74,6 +76,8 @@ class Envelope:
     # Set when the cell ran inside a container image (repro/container.py): which image, exactly.
     image: str = ""
     image_digest: str = ""
+    # A wheel file's or a source checkout's URL (PEP 610) where vLLM came from neither an index nor an image.
+    vllm_source: str = ""
     # Properties this kit does not know (a newer kit's, a runner's own): kept, in file order, for the provenance.
     extra: tuple[tuple[str, str], ...] = ()
 
@@ -96,7 +100,10 @@ class Envelope:
             torch_mismatch=_boolean(props, "torch_mismatch", unknown="unknown"),
             wsl=_boolean(props, "wsl"),
             extra=tuple((k, v) for k, v in props.items() if k not in _KNOWN),
-            **{name: props.get(name, "") for name in (*_TEXT, *_TEXT_AFTER_MISMATCH, *_TEXT_AFTER_WSL, *_IMAGE)},
+            **{
+                name: props.get(name, "")
+                for name in (*_TEXT, *_TEXT_AFTER_MISMATCH, *_TEXT_AFTER_WSL, *_IMAGE, _SOURCE)
+            },
         )
 
     @property
@@ -137,6 +144,8 @@ class Envelope:
         props.update((name, getattr(self, name)) for name in _TEXT_AFTER_WSL)
         if self.image:
             props.update((name, getattr(self, name)) for name in _IMAGE)
+        if self.vllm_source:
+            props[_SOURCE] = self.vllm_source
         props.update(self.extra)
         return props
 
@@ -182,6 +191,7 @@ def envelope(plan: CellPlan, run: RunInfo) -> Envelope:
         env_schema=env.schema,
         image=run.image,
         image_digest=run.image_digest if run.image else "",
+        vllm_source=env.vllm_source,
     )
 
 

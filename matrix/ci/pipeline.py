@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import json
 
-from matrix.cells import Cell, Host
+from matrix.cells import CELLS, Cell, Host
 from matrix.errors import MatrixError
 
 RUNNER_LABEL = "self-hosted"
+# The repository variable listing the runner kinds that have a runner online (job names, comma-separated:
+# `cuda-linux,cuda-wsl2new`). A kind with none would be queued until GitHub cancels the job (24 hours), and the
+# report would wait that long; unset, every kind is planned; `none` plans none (the gate job's predictions only).
+ONLINE_VARIABLE = "WSLPIN_RUNNER_KINDS"
+NONE_ONLINE = "none"
 
 
 def cells_from_nox(listing: list[dict]) -> list[Cell]:
@@ -60,9 +65,44 @@ def host_jobs(cells: list[Cell]) -> list[dict]:
     return list(jobs.values())
 
 
-def github_matrix(cells: list[Cell]) -> str:
-    """The JSON the workflow's plan job hands to ``fromJson`` for ``strategy.matrix``."""
-    return json.dumps({"include": host_jobs(cells)}, separators=(",", ":"))
+def planned_jobs(cells: list[Cell], online: str = "") -> tuple[list[dict], list[dict]]:
+    """The jobs of the runner kinds ``online`` lists (``ONLINE_VARIABLE``; empty: every kind), and the others
+    as not planned, each with its cells and why; one line for a kind the matrix does not have."""
+    jobs = host_jobs(cells)
+    if not online.strip():
+        return jobs, []
+    kinds = {kind.strip() for kind in online.split(",") if kind.strip()} - {NONE_ONLINE}
+    known = [job["name"] for job in host_jobs(list(CELLS))]
+    unknown = sorted(kinds - set(known))
+    if unknown:
+        raise MatrixError(
+            f"{ONLINE_VARIABLE} names {', '.join(unknown)}, no runner kind of the matrix: list some of "
+            f"{', '.join(known)} (comma-separated), `{NONE_ONLINE}`, or leave it unset to plan every kind"
+        )
+    planned = [job for job in jobs if job["name"] in kinds]
+    not_planned = [
+        {
+            "name": job["name"],
+            "artifact": job["artifact"],
+            "cells": job["cells"],
+            "reason": f"no {job['name']} runner is listed online ({ONLINE_VARIABLE})",
+        }
+        for job in jobs
+        if job["name"] not in kinds
+    ]
+    return planned, not_planned
+
+
+def github_matrix(cells: list[Cell], online: str = "") -> str:
+    """The JSON the workflow's plan job hands to ``fromJson`` for ``strategy.matrix``: the planned jobs only,
+    since every other key of a matrix would be one more axis."""
+    return json.dumps({"include": planned_jobs(cells, online)[0]}, separators=(",", ":"))
+
+
+def runner_claims(cells: list[Cell], online: str = "") -> str:
+    """What the report's ``--runners`` reads: the planned jobs, and the kinds not planned with why."""
+    planned, not_planned = planned_jobs(cells, online)
+    return json.dumps({"include": planned, "not_planned": not_planned}, separators=(",", ":"))
 
 
 def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:

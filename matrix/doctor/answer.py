@@ -111,6 +111,7 @@ class SetUp:
     model_class: Chosen[ModelClass]  # what the release's default runner depends on
     pin_memory: str | None  # PIN_MEMORY's value here; None when unset
     runner_variable: Setting  # V2_MODEL_RUNNER here
+    origin: str = ""  # where the machine's facts came from when not this machine (``collected``): a file
 
 
 # Why the doctor cannot answer: one record each, worded by render.refusal.
@@ -124,6 +125,7 @@ class NoStack:
     kernel: str
     host: Host
     reason: str  # what detection found instead
+    where: str = "here"  # this machine, or "in <the file>" for another's
 
 
 @dataclass(frozen=True)
@@ -166,8 +168,9 @@ def _host_note(facts: HostFacts) -> HostNote:
     return HostNote.VERSION_UNREADABLE if vllm_kernel_version(release) is None else HostNote.NONE
 
 
-def set_up(facts: HostFacts, asked: Asked) -> SetUp:
-    """The set-up: each flag given, else what ``facts`` say; refused for a --kernel that is no kernel release."""
+def set_up(facts: HostFacts, asked: Asked, origin: str = "") -> SetUp:
+    """The set-up: each flag given, else what ``facts`` say (this machine's, or ``origin``'s: a file describing
+    another); refused for a --kernel that is no kernel release."""
     if asked.kernel is not None:
         if parse_kernel_version(asked.kernel) is None:
             raise RefusedError(UnreadableKernel(asked.kernel))
@@ -189,7 +192,7 @@ def set_up(facts: HostFacts, asked: Asked) -> SetUp:
         detected, reason = classify_stack(facts)
         if detected is None:
             # Still say what was read: the kernel's side of the gate answers half the question already.
-            raise RefusedError(NoStack(kernel.value, host, reason))
+            raise RefusedError(NoStack(kernel.value, host, reason, f"in {origin}" if origin else "here"))
         stack = Chosen(detected, Source.MACHINE)
     installed = (facts.vllm or {}).get("version")
     if asked.vllm is not None:
@@ -219,6 +222,7 @@ def set_up(facts: HostFacts, asked: Asked) -> SetUp:
         ),
         pin_memory=facts.environ.get(PIN_MEMORY.name),
         runner_variable=runner_variable,
+        origin=origin,
     )
 
 
@@ -242,6 +246,8 @@ class Answer:
     runner: Chosen[Runner]
     entry: CellEntry
     pin: Setting  # PIN_MEMORY as the release answering reads it here
+    matrix_made: str = ""  # when the matrix answering was made (its generated_at, as written)
+    matrix_kit: str = ""  # the kit commit that made it
 
     @property
     def cell(self) -> Cell:
@@ -309,4 +315,6 @@ def answer(setup: SetUp, published: Published) -> Answer:
     if entry is None:
         raise RefusedError(NoCell(published.name, cell, release.vllm))
     pin = _setting(PIN_MEMORY, setup.pin_memory, release.number)
-    return Answer(setup, published.name, release, version, match, runner, entry, pin)
+    return Answer(
+        setup, published.name, release, version, match, runner, entry, pin, published.generated_at, published.kit_commit
+    )

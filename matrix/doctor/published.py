@@ -7,7 +7,9 @@ a bare Python lacks, hence this reader of its own.
 
 from __future__ import annotations
 
+import argparse
 import enum
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,12 +17,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from matrix.cells import Axis, Cell, ModelClass, Runner
+from matrix.cli import run_command_line
 from matrix.errors import MatrixError
+from matrix.files import write_file
 from matrix.questions import Level, Question, Verdict
 from matrix.records import read_record
+from matrix.words import COMPAT_SCHEMA
 
-# matrix.report.model.REPORT_SCHEMA (a test holds them equal).
-COMPAT_SCHEMA = "wslpin-kit.compat/1"
+# The doctor's part of a compat.json: what the kit's package carries, so that an installed doctor answers with no
+# checkout (``nox -s publish`` writes it beside this module from the published compat.json).
+DOCTOR_SCHEMA = "wslpin-kit.doctor-matrix/1"
+PACKAGED = Path(__file__).with_name("matrix.json")
+# What each cell keeps: every field ``_cell`` reads.
+_CELL_FIELDS = ("id", "command", "evidence", "verdicts", "status", "issues")
+_VERDICT_FIELDS = ("verdict", "level", "advice", "why", "issues")
 A = TypeVar("A", bound=Axis)
 REGENERATE = "regenerate it with `nox -s report`, or pass --matrix PATH"
 
@@ -126,6 +136,8 @@ class Release:
 class Published:
     name: str  # how messages name the file
     releases: tuple[Release, ...]  # newest first
+    generated_at: str = ""  # when the report was made, as written ("" where the file does not say)
+    kit_commit: str = ""  # the kit that made it
 
 
 class _ShapeError(Exception):
@@ -212,8 +224,9 @@ def _release(obj: Any) -> Release:
 
 
 def read_published(path: Path, name: str) -> Published:
-    """The file at ``path`` (``name`` in messages), or one line saying what is wrong with it and what to do."""
-    document = read_record(path, COMPAT_SCHEMA, name, "a compat.json", REGENERATE)
+    """The file at ``path`` (``name`` in messages), a compat.json or its doctor's part, or one line saying what is
+    wrong with it and what to do."""
+    document = read_record(path, (COMPAT_SCHEMA, DOCTOR_SCHEMA), name, "a compat.json", REGENERATE)
     try:
         releases = tuple(_release(version) for version in _get(document, "versions", list, "the document"))
     except _ShapeError as exc:
@@ -222,4 +235,57 @@ def read_published(path: Path, name: str) -> Published:
         raise MatrixError(
             f"{name} holds no vLLM release (a report of crashed runs alone; `nox -s clean` removes them): {REGENERATE}"
         )
-    return Published(name, tuple(sorted(releases, key=lambda r: r.number, reverse=True)))
+    made, kit = document.get("generated_at"), document.get("kit_commit")
+    return Published(
+        name,
+        tuple(sorted(releases, key=lambda r: r.number, reverse=True)),
+        made if isinstance(made, str) else "",
+        kit if isinstance(kit, str) else "",
+    )
+
+
+def doctor_part(document: dict[str, Any]) -> dict[str, Any]:
+    """Of a compat.json the kit wrote, what the doctor reads: about 3% of it (the cases stay in compat.json)."""
+    return {
+        "schema": DOCTOR_SCHEMA,
+        "generated_at": document["generated_at"],
+        "kit_commit": document["kit_commit"],
+        "versions": [
+            {
+                "vllm": version["vllm"],
+                "default_runners": version["default_runners"],
+                "cells": [
+                    {
+                        **{key: cell[key] for key in _CELL_FIELDS if key != "verdicts"},
+                        "verdicts": {
+                            question: {key: verdict[key] for key in _VERDICT_FIELDS}
+                            for question, verdict in cell["verdicts"].items()
+                        },
+                    }
+                    for cell in version["cells"]
+                ],
+            }
+            for version in document["versions"]
+        ],
+    }
+
+
+def write_packaged(compat: Path, out: Path = PACKAGED) -> Path:
+    """``out`` holding the doctor's part of the compat.json at ``compat`` (the published one, by ``nox -s publish``)."""
+    document = read_record(compat, COMPAT_SCHEMA, str(compat), "a compat.json", REGENERATE)
+    data = json.dumps(doctor_part(document), separators=(",", ":"), ensure_ascii=False) + "\n"
+    return write_file(out.parent, out.name, data.encode())
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m matrix.doctor.published", description="Write the doctor's part of a compat.json."
+    )
+    parser.add_argument("compat", type=Path, help="the compat.json `nox -s publish` wrote")
+    parser.add_argument("--out", type=Path, default=PACKAGED, help=f"default: {PACKAGED.name} beside this module")
+    parser.set_defaults(func=lambda args: print(write_packaged(args.compat, args.out)) or 0)
+    return parser
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_command_line(_parser, None))

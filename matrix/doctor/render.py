@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from matrix.cells import WSL2_PIN_KERNEL, Host, Mode, Runner
+from matrix.cells import WSL2_PIN_KERNEL, Host, Runner
 from matrix.doctor.answer import (
     Answer,
     HostNote,
@@ -23,21 +23,8 @@ from matrix.doctor.published import REGENERATE, Kind
 from matrix.questions import MODEL_CLASS_WORDS, Level, Question, Verdict
 from matrix.report.visible import visible
 from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
+from matrix.words import question_name
 
-# The published report calls the offload question "CPU offload" in every mode; the doctor answers for one
-# mode, and names it so.
-QUESTION_WORDS = {
-    Mode.GRAPH: {
-        Question.ENGINE_START: "engine start",
-        Question.OFFLOAD_WITH_GRAPHS: "offload with graphs",
-        Question.PINNED_MEMORY: "pinned memory",
-    },
-    Mode.EAGER: {
-        Question.ENGINE_START: "engine start",
-        Question.OFFLOAD_WITH_GRAPHS: "CPU offload (eager)",
-        Question.PINNED_MEMORY: "pinned memory",
-    },
-}
 _GATE = ".".join(map(str, WSL2_PIN_KERNEL))
 HOST_WORDS = {
     Host.LINUX: "native Linux",
@@ -102,7 +89,7 @@ def _kernel_words(a: Answer) -> str:
     if s.kernel.source is Source.FLAG:
         return f"{s.kernel.value}: {read} (--kernel)"
     if s.kernel_read:
-        return f"{s.kernel.value}: {read} (uname)"
+        return f"{s.kernel.value}: {read} (uname{' there' if s.origin else ''})"
     assumed = (
         f"WSL2 with a kernel below {_GATE}, as vLLM takes a WSL2 kernel it cannot parse"
         if s.host.is_wsl
@@ -126,38 +113,43 @@ def _runner_words(a: Answer) -> str:
     }[a.runner.source]
 
 
-def _unreadable(setting: Setting, to_set: str) -> str:
+def _here(a: Answer) -> str:
+    """The machine answered for, as the answer points at it: this one, or the one a file describes."""
+    return "there" if a.setup.origin else "here"
+
+
+def _unreadable(setting: Setting, to_set: str, here: str) -> str:
     name = setting.variable.name
     return (
-        f"{name}={_shown(setting.value or '')} is set here, which vLLM cannot read: it reads the variable as "
+        f"{name}={_shown(setting.value or '')} is set {here}, which vLLM cannot read: it reads the variable as "
         f"bool(int(value)) and stops with a ValueError at start-up; {to_set}"
     )
 
 
 def _pin_words(a: Answer) -> str:
     """What PIN_MEMORY's value here means to the release answering."""
-    pin, name = a.pin, PIN_MEMORY.name
+    pin, name, here = a.pin, PIN_MEMORY.name, _here(a)
     if pin.reads is Reads.UNSET or pin.value is None:
-        return f"{name} is unset here"
+        return f"{name} is unset {here}"
     if pin.reads is Reads.UNREADABLE:
-        return _unreadable(pin, f"set {name}={OPT_IN} to opt in, or unset it")
+        return _unreadable(pin, f"set {name}={OPT_IN} to opt in, or unset it", here)
     if pin.reads is Reads.NOT_READ:
         since = pin.variable.since
         return (
-            f"{name}={_shown(pin.value)} is set here, but vLLM {a.release.vllm} does not read it (it came in {since})"
+            f"{name}={_shown(pin.value)} is set {here}, but vLLM {a.release.vllm} does not read it (it came in {since})"
         )
     if pin.reads is Reads.ON:
         read = "" if pin.value == OPT_IN else ", which vLLM reads as 1"
-        return f"{name}={_shown(pin.value)} is set here{read}: the opt-in, and the answers below are for it"
+        return f"{name}={_shown(pin.value)} is set {here}{read}: the opt-in, and the answers below are for it"
     read = "" if pin.value == "0" else ", which vLLM reads as 0"
-    return f"{name}={_shown(pin.value)} is set here{read}: no opt-in, as when unset"
+    return f"{name}={_shown(pin.value)} is set {here}{read}: no opt-in, as when unset"
 
 
 def _release_words(a: Answer) -> str:
     """Where the release answering comes from: the cell line's parenthesis."""
     asked = a.setup.vllm
     if asked is None:
-        return f"the newest in {a.matrix}: vLLM is not installed here; ask about another with --vllm X.Y.Z"
+        return f"the newest in {a.matrix}: vLLM is not installed {_here(a)}; ask about another with --vllm X.Y.Z"
     source = "--vllm" if asked.source is Source.FLAG else "installed"
     return {
         Match.SAME: f"for {asked.value}, {source}" if a.not_final else source,
@@ -166,6 +158,13 @@ def _release_words(a: Answer) -> str:
         Match.NEWER: f"the newest release: {a.matrix} has no {asked.value}",
         Match.NEWEST: source,
     }[a.match]
+
+
+def _matrix_words(a: Answer) -> str:
+    """Which matrix answers, and how old it is: a newer one may say otherwise (``--matrix URL``)."""
+    made = f", made {a.matrix_made[:10]}" if a.matrix_made else ", undated"
+    kit = f" by the kit at {a.matrix_kit[:12]}" if a.matrix_kit else ""
+    return f"{a.matrix}{made}{kit}"
 
 
 def _release_notes(a: Answer) -> list[str]:
@@ -203,10 +202,10 @@ def _advice(a: Answer, advice: str, verdict: Verdict) -> str:
 
 def _issue_lines(a: Answer) -> list[str]:
     """Each issue the published entry names, with its number and what it concerns."""
-    words = QUESTION_WORDS[a.setup.mode.value]
+    mode = a.setup.mode.value
     lines = []
     for issue in a.issues:
-        concerns = [words[v.question] for v in a.entry.verdicts if issue in v.issues]
+        concerns = [question_name(v.question, mode) for v in a.entry.verdicts if issue in v.issues]
         if issue in a.entry.issues:
             concerns.insert(0, "a known failure of this set-up" if a.entry.status == "known-fail" else "this set-up")
         number = _ISSUE_NUMBER.search(issue)
@@ -217,23 +216,28 @@ def _issue_lines(a: Answer) -> list[str]:
 def render_text(a: Answer) -> str:
     s = a.setup
     stack_from = "--stack" if s.stack.source is Source.FLAG else s.stack_reason
+    if s.origin and s.stack.source is not Source.FLAG:
+        stack_from = "the GPUs and the torch build the file lists"
     mode_from = "--mode" if s.mode.source is Source.FLAG else "vLLM's default; eager only with --enforce-eager"
     lines = [
+        *([f"set-up     {s.origin}"] if s.origin else []),
         f"kernel     {_kernel_words(a)}",
         *(f"           {line}" for line in HOST_NOTES[s.host_note]),
         f"GPU stack  {s.stack.value} ({stack_from})",
-        f"vLLM       {f'{s.installed_vllm} installed' if s.installed_vllm else 'not installed'}",
+        f"vLLM       {f'{s.installed_vllm} installed' if s.installed_vllm else 'not installed'}"
+        f"{' there' if s.origin else ''}",
         f"runner     {a.runner.value} ({_runner_words(a)})",
         f"mode       {s.mode.value} ({mode_from})",
         _pin_words(a),
     ]
     if s.runner_variable.reads is Reads.UNREADABLE:
         to_set = f"set {V2_MODEL_RUNNER.name}={Runner.V2.env_value} (V2) or {Runner.V1.env_value} (V1), or unset it"
-        lines.append(_unreadable(s.runner_variable, to_set))
-    lines += ["", f"cell       {a.cell}, vLLM {a.release.vllm} ({_release_words(a)})"]
+        lines.append(_unreadable(s.runner_variable, to_set, _here(a)))
+    lines += ["", f"matrix     {_matrix_words(a)}"]
+    lines += [f"cell       {a.cell}, vLLM {a.release.vllm} ({_release_words(a)})"]
     lines += [f"           {note}" for note in _release_notes(a)]
     lines += ["", f"{_how_known(a)}:"]
-    words = QUESTION_WORDS[s.mode.value]
+    words = {question: question_name(question, s.mode.value) for question in Question}
     width = max(len(word) for word in words.values())
     verdict_width = max(len(verdict.value) for verdict in Verdict)
     for v in a.entry.verdicts:
@@ -265,9 +269,11 @@ def render_json(a: Answer) -> str:
         },
         "issues": list(a.issues),
         "command": a.entry.command,
+        "matrix": {"name": a.matrix, "generated_at": a.matrix_made or None, "kit_commit": a.matrix_kit or None},
         "nearest_older": a.nearest_older,
         "release_match": a.match.value,
         "asked": {
+            "set_up_from": s.origin or None,
             "kernel": s.kernel.value,
             "host": s.host.value,
             "host_note": s.host_note.value,
@@ -293,7 +299,7 @@ def refusal(r: Refusal) -> str:
         )
     if isinstance(r, NoStack):
         return (
-            f"kernel {r.kernel or '?'} ({r.host.value}), but no GPU stack found here ({r.reason}): "
+            f"kernel {r.kernel or '?'} ({r.host.value}), but no GPU stack found {r.where} ({r.reason}): "
             "pass --stack cuda or --stack rocm"
         )
     if isinstance(r, NotARelease):

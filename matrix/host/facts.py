@@ -153,7 +153,21 @@ def vllm_info() -> dict[str, str | None] | None:
         commit = match.group(1) if match else None
     except OSError:
         pass
-    return {"version": dist.version, "commit": commit, "requires_torch": _torch_requirement(dist.requires or [])}
+    return {
+        "version": dist.version,
+        "commit": commit,
+        "requires_torch": _torch_requirement(dist.requires or []),
+        "source": _direct_url(dist),
+    }
+
+
+def _direct_url(dist: metadata.Distribution) -> str | None:
+    """Where a vLLM not installed from an index came from (a wheel file, a source checkout), as PEP 610 records it."""
+    try:
+        url = json.loads(dist.read_text("direct_url.json") or "null")
+    except ValueError:
+        return None
+    return url.get("url") if isinstance(url, dict) and isinstance(url.get("url"), str) else None
 
 
 def _torch_requirement(requires: list[str]) -> str | None:
@@ -218,7 +232,7 @@ def collect_environment() -> dict:
 
 
 # What `nox -s publish` writes: the kit's outputs, not its code, so rewriting them leaves the commit clean.
-PUBLISHED_OUTPUTS = ("docs/matrix", "docs/evidence")
+PUBLISHED_OUTPUTS = ("docs/matrix", "docs/evidence", "matrix/doctor/matrix.json")
 
 
 def kit_commit() -> str:

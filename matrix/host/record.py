@@ -16,7 +16,7 @@ from typing import Any, Tuple, Union
 
 from matrix.cells import Host, Stack
 from matrix.errors import MatrixError
-from matrix.host.classify import ENV_SCHEMA, DetectedHost
+from matrix.host.classify import ENV_SCHEMA, DetectedHost, Gpu, HostFacts
 from matrix.layout import UNKNOWN_RELEASE
 from matrix.records import read_record
 
@@ -28,22 +28,24 @@ FIELDS: tuple[tuple[_Path, tuple[type, ...]], ...] = (
     (("host",), (dict,)),
     *((("host", key), _TEXT) for key in ("detected", "stack", "stack_reason")),
     (("uname",), (dict, type(None))),
-    (("uname", "node"), _TEXT),
+    *((("uname", key), _TEXT) for key in ("node", "release", "system")),
     (("kernel",), (dict,)),
     (("kernel", "release"), _TEXT),
     (("kernel", "version"), (list, type(None))),
     (("wsl",), (dict,)),
-    (("wsl", "is_wsl"), (bool, type(None))),
+    *((("wsl", key), (bool, type(None))) for key in ("is_wsl", "interop")),
     (("gpu",), (dict,)),
     (("gpu", "devices"), (list, type(None))),
     (("gpu", "devices", 0), (dict, type(None))),
     *((("gpu", "devices", 0, key), _TEXT) for key in ("name", "driver")),
+    *((("gpu", key), (bool, type(None))) for key in ("dev_kfd", "dev_dxg")),
     (("packages",), (dict,)),
     *((("packages", name), (dict, type(None))) for name in ("torch", "vllm")),
     (("packages", "torch_mismatch"), (bool, type(None))),
     *((("packages", "torch", key), _TEXT) for key in ("version", "cuda", "hip")),
-    *((("packages", "vllm", key), _TEXT) for key in ("version", "commit", "requires_torch")),
+    *((("packages", "vllm", key), _TEXT) for key in ("version", "commit", "requires_torch", "source")),
     (("env_hash",), _TEXT),
+    (("environment",), (dict, type(None))),
 )
 
 
@@ -103,6 +105,33 @@ class EnvironmentRecord:
     def _text(self, *path: str | int) -> str:
         return str(_field(self.data, path) or "")
 
+    def host_facts(self) -> HostFacts:
+        """The facts the record was written from, as far as it keeps them: what the doctor answers for when it is
+        given another machine's record. Its GPUs are the stack's the record detected; text values only."""
+        uname, environ = _field(self.data, ("uname",)), _field(self.data, ("environment",))
+        devices = _field(self.data, ("gpu", "devices"))
+        uname = uname if isinstance(uname, dict) else {}
+        environ = environ if isinstance(environ, dict) else {}
+        devices = devices if isinstance(devices, list) else []
+        gpus = tuple(
+            Gpu(str(device.get("name") or ""), str(device.get("driver") or ""))
+            for device in devices
+            if isinstance(device, dict) and isinstance(device.get("name"), _TEXT)
+        )
+        stack = self._text("host", "stack")
+        torch, vllm = _field(self.data, ("packages", "torch")), _field(self.data, ("packages", "vllm"))
+        return HostFacts(
+            uname={k: v for k, v in uname.items() if isinstance(v, str)},
+            environ={k: v for k, v in environ.items() if isinstance(v, str)},
+            wsl_interop=_field(self.data, ("wsl", "interop")) is True,
+            dev_kfd=_field(self.data, ("gpu", "dev_kfd")) is True,
+            dev_dxg=_field(self.data, ("gpu", "dev_dxg")) is True,
+            nvidia_gpus=gpus if stack == Stack.CUDA.value else (),
+            amd_gpus=gpus if stack == Stack.ROCM.value else (),
+            torch={k: v for k, v in torch.items() if isinstance(v, _TEXT)} if isinstance(torch, dict) else None,
+            vllm={k: v for k, v in vllm.items() if isinstance(v, _TEXT)} if isinstance(vllm, dict) else None,
+        )
+
     @property
     def schema(self) -> str:
         return self._text("schema")
@@ -124,6 +153,11 @@ class EnvironmentRecord:
     @property
     def vllm_commit(self) -> str:
         return self._text("packages", "vllm", "commit")
+
+    @property
+    def vllm_source(self) -> str:
+        """Where vLLM came from when not from an index: a wheel file's or a source checkout's URL; "" otherwise."""
+        return self._text("packages", "vllm", "source")
 
     @property
     def vllm_requires_torch(self) -> str:

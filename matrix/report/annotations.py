@@ -4,9 +4,10 @@ outputs with the counts.
 ``python -m matrix.report.annotations COMPAT [--github-output FILE]`` reads the ``compat.json`` a report wrote and
 prints one workflow command per cell that failed the run (a regression, a crash, a misrouted runner: ``::error``),
 that has no result (``::warning``) or that a known issue no longer holds back (fixed: ``::notice``), naming the
-release, the cell, its failing cases' rules and issues; GitHub turns each into an annotation on the workflow run
-and its commit. With ``--github-output`` it appends ``cells=N`` and one ``<status>=N`` per status to the step's
-outputs file, so a later step or job can act on the counts. Every text from the report passes ``visible`` first,
+release, the cell, its failing cases' rules and issues, and a ``::notice`` per runner kind the plan gave no job;
+GitHub turns each into an annotation on the workflow run and its commit. With ``--github-output`` it appends
+``cells=N``, one ``<status>=N`` per status and ``not_planned=N`` (runner kinds) to the step's outputs file, so a
+later step or job can act on the counts. Every text from the report passes ``visible`` first,
 then GitHub's own escapes for a command's data, so no input can end the command, start another or mask anything.
 """
 
@@ -21,9 +22,9 @@ from pathlib import Path
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.records import read_record
-from matrix.report.model import REPORT_SCHEMA
 from matrix.report.status import Status
 from matrix.report.visible import visible
+from matrix.words import COMPAT_SCHEMA
 
 # GitHub shows at most 10 annotations of each kind per step; past that, one more line says how many were left out.
 MOST = 10
@@ -71,6 +72,17 @@ def commands(document: dict) -> Iterator[str]:
         yield f"::{command} title={_property(title)}::{_data(message)}"
     if len(found) > MOST:
         yield f"::warning title=more cells to look at::{len(found) - MOST} more: the step summary lists every cell"
+    for kind in _not_planned(document):
+        title = f"{kind.get('name')}: not planned"
+        message = f"{kind.get('reason')}; its {len(kind.get('cells') or [])} cells rest on the gate job's predictions"
+        yield f"::notice title={_property(title)}::{_data(message)}"
+
+
+def _not_planned(document: dict) -> list[dict]:
+    """The runner kinds the plan gave no job, as the report lists them (one per kind: six at most)."""
+    inputs = document.get("inputs")
+    kinds = inputs.get("not_planned") if isinstance(inputs, dict) else None
+    return [kind for kind in kinds if isinstance(kind, dict)] if isinstance(kinds, list) else []
 
 
 def outputs(document: dict) -> dict[str, int]:
@@ -78,13 +90,14 @@ def outputs(document: dict) -> dict[str, int]:
     statuses = Counter(
         cell.get("status") for version in document.get("versions") or [] for cell in version.get("cells") or []
     )
-    return {"cells": sum(statuses.values()), **{status.value: statuses[status.value] for status in Status}}
+    counts = {status.value: statuses[status.value] for status in Status}
+    return {"cells": sum(statuses.values()), **counts, "not_planned": len(_not_planned(document))}
 
 
 def _load(path: Path) -> dict:
     """The report's compat.json, read as any record the kit did not write here (``matrix.records``)."""
     again = "give the compat.json `python -m matrix report` wrote"
-    document = read_record(path, REPORT_SCHEMA, str(path), "a report's compat.json", again)
+    document = read_record(path, COMPAT_SCHEMA, str(path), "a report's compat.json", again)
     if not isinstance(document.get("versions"), list):
         raise MatrixError(f"{path} is not a report's compat.json (no list of versions): {again}")
     return document

@@ -2,7 +2,7 @@
 
 A result file says what ran it (its envelope's ``execution``), but any runner can write any
 envelope. In CI each runner job uploads its results as one artifact, named in the plan
-(``python -m matrix plan --format github``), and download-artifact puts each artifact in a
+(``python -m matrix plan --format runners``), and download-artifact puts each artifact in a
 directory of that name; so the directory a file came from says which runner wrote it. A
 native or emulated (or misrouted) result counts only from the artifact of the runner the plan
 gave its cell to; anything else claiming one is a *suspect* result, shown but never evidence.
@@ -35,12 +35,22 @@ class Suspect:
     contradiction: str = ""  # how its envelope contradicts itself; empty: only its artifact is not the cell's runner
 
 
+@dataclass(frozen=True, slots=True)
+class NotPlanned:
+    """A runner kind the plan gave no job (none of its runners online): its cells rest on predictions."""
+
+    name: str
+    cells: tuple[str, ...]
+    reason: str
+
+
 @dataclass(frozen=True)
 class Claims:
     """The cells each runner's artifact may claim, and the directories the artifacts were downloaded into."""
 
     cells: Mapping[str, frozenset[Cell]]  # artifact name -> the cells its runner runs
     roots: tuple[Path, ...]
+    not_planned: tuple[NotPlanned, ...] = ()
 
     @property
     def runners(self) -> dict[Cell, str]:
@@ -69,10 +79,15 @@ class Claims:
 
 
 def load_claims(path: str, inputs: list[str]) -> Claims:
-    """The plan job's matrix (``plan --format github``) as claims over the input directories; one line if not."""
-    jobs = read_json_input(Path(path), RUNNERS)["include"]
+    """The plan job's jobs (``plan --format runners``, or the matrix of ``--format github``) as claims over the
+    input directories, with the kinds it did not plan; one line if not."""
+    data = read_json_input(Path(path), RUNNERS)
     try:
-        cells = {job["artifact"]: frozenset(Cell.parse(c) for c in job["cells"]) for job in jobs}
+        cells = {job["artifact"]: frozenset(Cell.parse(c) for c in job["cells"]) for job in data["include"]}
+        not_planned = tuple(
+            NotPlanned(kind["name"], tuple(Cell.parse(c).id for c in kind["cells"]), kind["reason"])
+            for kind in data.get("not_planned", ())
+        )
     except MatrixError as exc:
         raise MatrixError(f"--runners {path} names a cell the kit does not have ({exc}): {RUNNERS.instead}") from None
-    return Claims(cells, tuple(Path(item) for item in inputs if Path(item).is_dir()))
+    return Claims(cells, tuple(Path(item) for item in inputs if Path(item).is_dir()), not_planned)

@@ -57,7 +57,7 @@ RUNNERS = JsonKind(
     "--runners",
     "a runner matrix",
     "runners.schema.json",
-    "give the output of `python -m matrix plan --format github` (the plan job's matrix)",
+    "give the output of `python -m matrix plan --format runners` (the plan job's runners output)",
 )
 
 

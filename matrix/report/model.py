@@ -32,8 +32,6 @@ from matrix.verdicts import (
     with_upgrades,
 )
 
-REPORT_SCHEMA = "wslpin-kit.compat/1"
-
 # The grid's order: rows stack x host, columns runner x mode.
 ROWS = [(stack, host) for stack in Stack for host in Host]
 COLUMNS = [(runner, mode) for runner in Runner for mode in Mode]

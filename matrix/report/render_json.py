@@ -8,10 +8,11 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from matrix.cells import ModelClass
-from matrix.report.model import REPORT_SCHEMA, Evidence, Report
+from matrix.report.model import Evidence, Report
 from matrix.report.status import CaseRecord, CellReport
 from matrix.report.view import advice, answer_sentence, evidence_sentence, plain, why
 from matrix.verdicts import Answer
+from matrix.words import COMPAT_SCHEMA
 
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 
@@ -85,7 +86,7 @@ def to_document(report: Report, cells: bool = True) -> dict:
     """compat.json as one value; ``cells=False`` leaves out what ``write`` streams (the cells, the contradictions)."""
     inputs = report.inputs
     return {
-        "schema": REPORT_SCHEMA,
+        "schema": COMPAT_SCHEMA,
         "generated_at": report.generated_at.isoformat(timespec="seconds"),
         "kit_commit": report.kit_commit,
         "max_age_days": report.max_age_days,
@@ -99,6 +100,7 @@ def to_document(report: Report, cells: bool = True) -> dict:
             "crashed_without_release": [
                 {"cell": c.cell.id, "status": c.status.value, "reason": c.reason} for c in report.unplaced
             ],
+            "not_planned": [asdict(kind) for kind in inputs.claims.not_planned] if inputs.claims else [],
         },
         "versions": [
             {

@@ -22,6 +22,7 @@ from matrix.report.reading import Problem
 from matrix.report.status import CellReport, Status
 from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
 from matrix.verdicts import Answer, CellVerdicts, Level, Question, Verdict, Workaround
+from matrix.words import MODE_NAMES, QUESTION_NAMES
 
 TITLE = "vLLM WSL2 pinned-memory compatibility"
 STRIPS_TITLE = "When did each set-up start or stop working? Each question's answer per vLLM release"
@@ -32,11 +33,11 @@ HOST_NAMES = {
 }
 STACK_NAMES = {Stack.CUDA: "CUDA", Stack.ROCM: "ROCm"}
 RUNNER_NAMES = {runner: runner.value.upper() for runner in Runner}
-MODE_NAMES = {Mode.GRAPH: "CUDA graph", Mode.EAGER: "eager"}
 COLUMN_NAMES = {(r, m): f"{RUNNER_NAMES[r]} · {MODE_NAMES[m]}" for r, m in COLUMNS}
 PROVENANCE = (
     ("vLLM", "vllm_version"),
     ("vLLM commit", "vllm_commit"),
+    ("vLLM from", "vllm_source"),
     ("torch", "torch_version"),
     ("torch build", "torch_build"),
     ("vLLM asks for", "vllm_requires_torch"),
@@ -221,11 +222,6 @@ VERDICT_LOOKS = {
 # The least CIE76 colour difference between any verdict colour and any status colour (10: plainly different
 # side by side); tests/kit/test_page_chooser.py measures it on the page as Chromium computes it.
 STATUS_VERDICT_DISTANCE = 10.0
-QUESTION_NAMES = {
-    Question.ENGINE_START: "engine start",
-    Question.OFFLOAD_WITH_GRAPHS: "CPU offload",
-    Question.PINNED_MEMORY: "pinned memory",
-}
 WORKAROUNDS: dict[Workaround, tuple[str | Part, ...]] = {
     Workaround.EAGER: ("use ", Part("--enforce-eager", Style.CODE), " (slower)"),
     Workaround.V1_RUNNER: ("use the V1 runner: ", Part(f"{V2_MODEL_RUNNER.name}=0", Style.CODE)),
@@ -360,7 +356,8 @@ class Item:
 
 @dataclass(frozen=True)
 class Section:
-    key: str  # changes | contradictions | legend | diff | inputs | suspect | unplaced; verdicts (before the releases)
+    # changes, contradictions, legend, diff, inputs, suspect, unplaced, not-planned; verdicts (before the releases)
+    key: str
     title: str
     level: int  # heading level
     items: Iterable[Item]  # produced while rendered: a report may contradict its rules 100k times
@@ -556,6 +553,17 @@ class ReportView:
         if report.unplaced:
             items = (Item(("crashed: ", _code(c.cell.id), ": ", _text(c.reason))) for c in report.unplaced)
             yield Section("unplaced", "Runs that crashed before vLLM answered (in no release)", 2, items)
+        if inputs.claims is not None and inputs.claims.not_planned:
+            items = (
+                Item(
+                    (
+                        *("not planned: ", _code(kind.name), f" ({len(kind.cells)} cells): ", _text(kind.reason)),
+                        "; its cells rest on the gate job's predictions, no runner was waited for",
+                    )
+                )
+                for kind in inputs.claims.not_planned
+            )
+            yield Section("not-planned", "Runner kinds not planned in this run", 2, items)
 
     def releases(self) -> Iterator[ReleaseView]:
         for vllm in self.release_names:

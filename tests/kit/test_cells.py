@@ -79,7 +79,15 @@ def test_nox_lists_every_cell_with_its_tags(nox_listing):
     assert {"gate", "wsl_cuda_graph", "tests", "lint"} <= set(sessions)
 
 
-def test_nox_refuses_a_bad_vllm_version_in_one_line():
-    done = run_module("nox", "-s", "gate", "--", "--vllm", "banana")
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("banana", "--vllm 'banana' is no release, vLLM wheel file or directory"),
+        ("no/such/vllm-0.33.0-cp38-abi3-linux_x86_64.whl", "no vLLM wheel file there"),
+        (".github", "is not a vLLM source checkout (no vllm/__init__.py in it)"),
+    ],
+)
+def test_nox_refuses_what_is_no_vllm_in_one_line_before_installing_anything(given, said):
+    done = run_module("nox", "-s", "gate", "--", "--vllm", given)
     assert done.returncode != 0
-    assert "--vllm 'banana' is not a version number" in done.stderr and "Traceback" not in done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr and "uv pip install" not in done.stderr

@@ -22,10 +22,9 @@ from compat_file import DEFAULT_RUNNERS, compat_document, write_compat
 from conftest import ROOT
 
 from matrix.cells import CELLS, WSL2_PIN_KERNEL, Host
-from matrix.doctor.published import COMPAT_SCHEMA, release_number
+from matrix.doctor.published import release_number
 from matrix.host.facts import WSL_LIB
 from matrix.questions import Question
-from matrix.report.model import REPORT_SCHEMA
 from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
 
 KEYS = {
@@ -36,6 +35,7 @@ KEYS = {
     "evidence",
     "issues",
     "command",
+    "matrix",
     "nearest_older",
     "release_match",
     "asked",
@@ -111,10 +111,6 @@ def installed_release() -> str | None:
     except metadata.PackageNotFoundError:
         return "0.33.0"
     return next((v for v in DEFAULT_RUNNERS if (release_number(v) or ()) <= (installed or ())), None)
-
-
-def test_its_schema_is_the_reports():
-    assert COMPAT_SCHEMA == REPORT_SCHEMA
 
 
 @pytest.mark.reads_host
@@ -348,7 +344,10 @@ def test_the_doctor_reads_the_variables_as_vllm_does_and_names_the_offload_quest
     # An opt-in made is said, and its advice not repeated.
     text = _text(doctor(*flags, env=_clean_env(**{PIN_MEMORY.name: "1"})))
     assert f"{PIN_MEMORY.name}=1 is set here: the opt-in" in text
-    assert f"offload with graphs  needs-opt-in      emulated\n  {PIN_MEMORY.name}=1 is set: nothing more to set" in text
+    assert (
+        f"CPU offload in CUDA graph mode  needs-opt-in      emulated\n  {PIN_MEMORY.name}=1 is set: nothing more to set"
+        in text
+    )
     assert f"set {PIN_MEMORY.name}=1" not in text
     # A value vLLM reads as 1 is the opt-in too; one it cannot read is said, with what to set instead.
     assert f"{PIN_MEMORY.name}=2 is set here, which vLLM reads as 1: the opt-in" in _text(
@@ -369,8 +368,8 @@ def test_the_doctor_reads_the_variables_as_vllm_does_and_names_the_offload_quest
     assert "runner     v2 (vLLM 0.33.0's default for a dense model; --moe for an MoE model)" in text
     # In eager mode the offload question is not about graphs.
     eager = _text(doctor(*flags, "--mode", "eager", env=_clean_env()))
-    assert "\nCPU offload (eager)  needs-opt-in" in eager and "offload with graphs" not in eager
-    assert "\noffload with graphs  needs-opt-in" in _text(doctor(*flags, env=_clean_env()))
+    assert "\nCPU offload in eager mode  needs-opt-in" in eager and "CPU offload in CUDA graph mode" not in eager
+    assert "\nCPU offload in CUDA graph mode  needs-opt-in" in _text(doctor(*flags, env=_clean_env()))
 
 
 @pytest.mark.reads_host

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 from conftest import ROOT
@@ -56,18 +57,25 @@ def bash(script: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture(scope="module")
-def planned(tmp_path_factory) -> str:
-    """The plan job's output, from its own script in the kit's checkout."""
-    github_output = tmp_path_factory.mktemp("plan") / "github-output"
+def plan_job(where: Path, online: str = "") -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    """The plan job's script in the kit's checkout, with the repository variable ``online``; its outputs."""
+    where.mkdir(parents=True, exist_ok=True)
+    github_output = where / "github-output"
     try:
-        done = bash(step("plan", "plan")["run"], ROOT, CELLS="", GITHUB_OUTPUT=str(github_output))
+        done = bash(step("plan", "plan")["run"], ROOT, CELLS="", RUNNER_KINDS=online, GITHUB_OUTPUT=str(github_output))
     finally:
         (ROOT / "nox-sessions.json").unlink(missing_ok=True)  # the script's own file, in the checkout
+    lines = github_output.read_text().splitlines() if github_output.exists() else []
+    return done, dict(line.split("=", 1) for line in lines)
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory) -> dict[str, str]:
+    """The plan job's outputs (``matrix`` for the cell jobs, ``runners`` for the report), every kind planned."""
+    done, outputs = plan_job(tmp_path_factory.mktemp("plan"))
     assert done.returncode == 0, done.stderr
-    output = github_output.read_text()
-    assert output.startswith("matrix=")
-    return output.removeprefix("matrix=").strip()
+    assert sorted(outputs) == ["matrix", "runners"]
+    return outputs
 
 
 def upload(artifacts: Path, name: str, results: Path) -> None:
@@ -148,7 +156,7 @@ def runner_artifacts(workspace: Path, jobs: list[dict], honest: bool) -> Path:
 REPORT_INSTALL = "python -m pip install --no-deps -r requirements/report.txt"
 
 
-def report(workspace: Path, planned: str) -> tuple[subprocess.CompletedProcess, dict, str]:
+def report(workspace: Path, planned: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict, str]:
     """The report job's step, as matrix.yml writes it, on the downloaded artifacts."""
     script = step("report", "Report")["run"]
     install, _, rest = script.partition("\n")
@@ -161,7 +169,7 @@ def report(workspace: Path, planned: str) -> tuple[subprocess.CompletedProcess, 
     done = bash(
         rest,
         workspace,
-        RUNNERS=planned,
+        RUNNERS=planned["runners"],
         RUNNER_TEMP=str(temp),
         GITHUB_STEP_SUMMARY=str(summary),
         GITHUB_OUTPUT=str(workspace / "step-outputs"),
@@ -182,8 +190,9 @@ def test_a_lying_crashed_misrouted_or_missing_runner_fails_the_report(tmp_path, 
     here = Plan.detected(select("rocm-wsl2new-*"), require_native=True)
     if any(p.execution is not Execution.MISROUTED for p in here.cells):
         pytest.skip("this machine is a ROCm WSL2 host: it cannot play the runner misrouted to one")
-    jobs = json.loads(planned)["include"]
+    jobs = json.loads(planned["matrix"])["include"]
     assert sorted(c for job in jobs for c in job["cells"]) == sorted(c.id for c in CELLS)
+    assert json.loads(planned["runners"]) == {"include": jobs, "not_planned": []}
     runner_artifacts(tmp_path, jobs, honest=False)
     done, compat, summary = report(tmp_path, planned)
     assert done.returncode == 1, done.stderr
@@ -214,13 +223,52 @@ def test_a_lying_crashed_misrouted_or_missing_runner_fails_the_report(tmp_path, 
 
 
 def test_an_honest_run_passes(tmp_path, planned):
-    runner_artifacts(tmp_path, json.loads(planned)["include"], honest=True)
+    runner_artifacts(tmp_path, json.loads(planned["matrix"])["include"], honest=True)
     done, compat, _ = report(tmp_path, planned)
     assert done.returncode == 0, done.stderr
     cells = statuses(compat)
     assert {c["status"] for c in cells.values()} == {"pass"}
     assert all(c["evidence"][0].startswith("native run") for c in cells.values())
     assert compat["inputs"]["suspect"] == []
+
+
+def test_a_runner_kind_not_online_gets_no_job_and_the_report_names_it(tmp_path):
+    """WSLPIN_RUNNER_KINDS lists two kinds: the other four are not queued (a job would wait 24 hours for a runner),
+    and the night's report says so instead of calling their cells missing."""
+    done, outputs = plan_job(tmp_path, online="cuda-linux,cuda-wsl2new")
+    assert done.returncode == 0, done.stderr
+    jobs = json.loads(outputs["matrix"])["include"]
+    assert [job["name"] for job in jobs] == ["cuda-linux", "cuda-wsl2new"]
+    not_planned = json.loads(outputs["runners"])["not_planned"]
+    assert [kind["name"] for kind in not_planned] == ["cuda-wsl2old", "rocm-linux", "rocm-wsl2old", "rocm-wsl2new"]
+    assert all("WSLPIN_RUNNER_KINDS" in kind["reason"] and len(kind["cells"]) == 4 for kind in not_planned)
+    runner_artifacts(tmp_path, jobs, honest=True)
+    done, compat, summary = report(tmp_path, outputs)
+    assert done.returncode == 0, done.stderr
+    cells = statuses(compat)
+    for cell in CELLS:
+        planned_native = cell.id in {c for job in jobs for c in job["cells"]}
+        evidence = cells[cell.id]["evidence"][0]
+        assert evidence.startswith("native run") == planned_native, (cell.id, evidence)
+    assert [kind["name"] for kind in compat["inputs"]["not_planned"]] == [kind["name"] for kind in not_planned]
+    jsonschema.validate(compat, json.loads((ROOT / "matrix" / "report" / "compat.schema.json").read_text()))
+    assert "Runner kinds not planned in this run" in summary and "no rocm-wsl2new runner is listed online" in summary
+    notices = [line for line in done.stdout.splitlines() if line.startswith("::notice title=")]
+    assert len(notices) == 4 and all("not planned" in line for line in notices)
+    assert "not_planned=4" in (tmp_path / "step-outputs").read_text().splitlines()
+
+
+def test_with_no_runner_kind_online_the_cell_jobs_are_skipped_and_a_kind_the_matrix_lacks_is_one_line(tmp_path):
+    done, outputs = plan_job(tmp_path / "none", online="none")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(outputs["matrix"]) == {"include": []}
+    assert len(json.loads(outputs["runners"])["not_planned"]) == 6
+    # An empty matrix fails the job: the cell job's condition skips it instead.
+    assert "fromJson(needs.plan.outputs.matrix).include[0] != null" in JOBS["cell"]["if"]
+    done, outputs = plan_job(tmp_path / "typo", online="cuda-linux,cuda-wsl3")
+    assert done.returncode != 0 and outputs == {}
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "WSLPIN_RUNNER_KINDS names cuda-wsl3, no runner kind of the matrix" in line
 
 
 def test_the_cell_jobs_tools_go_into_a_venv_of_the_jobs_own(tmp_path):

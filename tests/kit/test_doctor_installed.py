@@ -1,0 +1,246 @@
+"""The doctor a person gets without a checkout: the kit's wheel in a fresh venv, its console script, the matrix
+the package carries, another machine's set-up from a pasted file, and a newer matrix from a URL (a loopback
+server here)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import venv
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from matrix.doctor import collected, published, remote
+from matrix.errors import MatrixError
+from matrix.host.classify import Gpu, HostFacts, environment_record
+
+COMPAT = ROOT / "docs" / "matrix" / "compat.json"
+# What the package may carry for the doctor: 13 releases take 0.3 MiB, each new one about 24 KiB.
+PACKAGED_BUDGET = 512 * 1024
+WSL2_KERNEL = "6.6.87.2-microsoft-standard-WSL2"
+# vLLM 0.33.0's collect-env layout, as a user on a WSL2 machine with an RTX 3090 would paste it.
+COLLECT_ENV = f"""\
+==============================
+        System Info
+==============================
+OS                           : Ubuntu 22.04.5 LTS (x86_64)
+
+==============================
+       PyTorch Info
+==============================
+PyTorch version              : 2.9.0+cu128
+Is debug build               : False
+CUDA used to build PyTorch   : 12.8
+ROCM used to build PyTorch   : N/A
+
+==============================
+      Python Environment
+==============================
+Python version               : 3.12.11 (main, Jun  4 2025, 08:56:18) [GCC 11.4.0] (64-bit runtime)
+Python platform              : Linux-{WSL2_KERNEL}-x86_64-with-glibc2.35
+
+==============================
+       CUDA / GPU Info
+==============================
+Is CUDA available            : True
+GPU models and configuration :
+GPU 0: NVIDIA GeForce RTX 3090
+GPU 1: NVIDIA GeForce RTX 3090
+Nvidia driver version        : 576.88
+
+==============================
+         vLLM Info
+==============================
+vLLM Version                 : 0.30.0 (git sha: 1a2b3c4)
+
+==============================
+     Environment Variables
+==============================
+VLLM_WSL2_ENABLE_PIN_MEMORY=1
+NCCL_CUMEM_ENABLE=0
+"""
+
+
+def test_the_package_carries_the_published_matrixs_doctor_part_within_its_budget():
+    document = json.loads(COMPAT.read_text())
+    carried = published.PACKAGED.read_bytes()
+    assert json.loads(carried) == published.doctor_part(document), "run `nox -s publish` and commit its outputs"
+    assert len(carried) <= PACKAGED_BUDGET
+    table = published.read_published(published.PACKAGED, "packaged")
+    assert (table.generated_at, table.kit_commit) == (document["generated_at"], document["kit_commit"])
+    assert [r.vllm for r in table.releases] == [v["vllm"] for v in document["versions"]]
+
+
+@pytest.fixture(scope="module")
+def doctor(tmp_path_factory) -> Path:
+    """``wslpin-doctor`` of the kit's wheel, built here offline and installed alone (no dependencies) in a venv."""
+    where = tmp_path_factory.mktemp("installed")
+    built = subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(where / "dist")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (where / "dist").glob("vllm_wslpin_kit-*.whl")
+    venv.create(where / "venv", with_pip=True)
+    python = where / "venv" / "bin" / "python"
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)]
+    installed = subprocess.run(pip, capture_output=True, text=True, check=False)
+    assert installed.returncode == 0, installed.stderr
+    return where / "venv" / "bin" / "wslpin-doctor"
+
+
+def run_doctor(doctor: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The console script as a user runs it: away from any checkout, no PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(doctor), *args], capture_output=True, text=True, cwd=cwd, env=env, check=False)
+
+
+@pytest.fixture()
+def pasted(tmp_path) -> Path:
+    """A user's collect-env output: every answer below is for it, never for the machine the test runs on."""
+    path = tmp_path / "collect-env.txt"
+    path.write_text(COLLECT_ENV)
+    return path
+
+
+def test_the_installed_doctor_answers_from_the_matrix_it_carries_and_says_its_date(doctor, pasted, tmp_path):
+    done = run_doctor(doctor, "--collect-env", str(pasted), "--vllm", "0.33.0", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    made = json.loads(COMPAT.read_text())["generated_at"][:10]
+    assert f"matrix     the matrix this kit carries, made {made}" in done.stdout
+    assert "cell       cuda-wsl2new-v2-graph, vLLM 0.33.0 (--vllm)" in done.stdout
+
+
+def test_the_installed_doctor_answers_for_a_pasted_collect_env(doctor, pasted, tmp_path):
+    done = run_doctor(doctor, "--collect-env", str(pasted), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"set-up     vLLM's collect-env output {pasted}, another machine's"
+    assert f"kernel     {WSL2_KERNEL}: WSL2, kernel 4.19.121 or later (uname there)" in lines
+    assert "vLLM       0.30.0 installed there" in lines
+    assert "VLLM_WSL2_ENABLE_PIN_MEMORY=1 is set there: the opt-in, and the answers below are for it" in lines
+    assert "cell       cuda-wsl2new-v2-graph, vLLM 0.30.0 (installed)" in lines
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that stops reading (the doctor, refusing): nothing for the test to see
+
+
+@pytest.fixture()
+def server() -> Iterator[str]:
+    """A loopback HTTP server: /compat.json the published matrix, /big more than a small limit, /slow nothing for a
+    while, anything else 404."""
+    body = COMPAT.read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path == "/slow":
+                time.sleep(3)
+            payload = {"/compat.json": body, "/big": b"x" * 4096}.get(self.path)
+            if payload is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = _Server(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_the_installed_doctor_reads_a_newer_matrix_from_a_url(doctor, server, pasted, tmp_path):
+    url = f"{server}/compat.json"
+    done = run_doctor(doctor, "--matrix", url, "--collect-env", str(pasted), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"matrix     --matrix {url}, made " in done.stdout
+    gone = run_doctor(doctor, "--matrix", f"{server}/nothing", "--collect-env", str(pasted), cwd=tmp_path)
+    assert gone.returncode == 2 and gone.stderr.startswith(f"error: --matrix {server}/nothing: the server answered 404")
+    assert len(gone.stderr.splitlines()) == 1
+
+
+def test_a_url_is_read_within_its_size_and_its_time_or_refused_in_one_line(server):
+    with pytest.raises(MatrixError, match="it sent more than"):
+        remote.fetch(f"{server}/big", limit=1024)
+    with pytest.raises(MatrixError, match="no answer within 0.5 s"):
+        remote.fetch(f"{server}/slow", timeout=0.5)
+    with pytest.raises(MatrixError, match="cannot be reached"):
+        remote.fetch("http://127.0.0.1:9/compat.json")  # the discard port: nothing listens
+    assert remote.fetch(f"{server}/compat.json") == COMPAT.read_bytes()
+
+
+def test_another_machines_environment_record_is_answered_for_as_written(tmp_path):
+    there = HostFacts(
+        uname={"system": "Linux", "release": WSL2_KERNEL, "node": "runner"},
+        environ={"WSL_DISTRO_NAME": "Ubuntu", "VLLM_USE_V2_MODEL_RUNNER": "0"},
+        wsl_interop=True,
+        dev_dxg=True,
+        nvidia_gpus=(Gpu("NVIDIA GeForce RTX 4090", "576.88"),),
+        torch={"version": "2.9.0", "cuda": "12.8", "hip": None},
+        vllm={"version": "0.31.0", "commit": None, "requires_torch": "==2.9.0", "source": None},
+    )
+    record = tmp_path / "env.json"
+    record.write_text(json.dumps(environment_record(there)))
+    read = collected.read_set_up(record)
+    assert read.origin == f"the environment record {record}, another machine's"
+    assert (read.facts.uname["release"], read.facts.nvidia_gpus, read.facts.vllm) == (
+        WSL2_KERNEL,
+        there.nvidia_gpus,
+        there.vllm,
+    )
+    assert read.facts.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0" and read.facts.wsl_interop
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("hello\n", "names no Linux kernel"),
+        ('{"schema": "something else"}', "is not an environment record"),
+        ('{"schema": ' * 100_000, "cannot be read"),
+    ],
+)
+def test_a_file_that_describes_no_machine_is_refused_in_one_line(tmp_path, content, said):
+    pasted = tmp_path / "pasted"
+    pasted.write_text(content)
+    with pytest.raises(MatrixError, match=said) as refused:
+        collected.read_set_up(pasted)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_reader_that_leaves_early_ends_the_doctor_quietly(pasted):
+    """`python -m matrix doctor | head -1`: the pipe closes before the answer is printed. Block-buffered, as a
+    person's Python writes to a pipe (without PYTHONUNBUFFERED, which CI sets): the write fails only at a flush."""
+    doctor = subprocess.Popen(
+        [sys.executable, "-m", "matrix", "doctor", "--collect-env", str(pasted)],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert doctor.stdout is not None and doctor.stderr is not None
+    doctor.stdout.close()
+    error = doctor.stderr.read().decode()
+    assert doctor.wait() == 141 and error == ""

@@ -1,0 +1,133 @@
+"""A vLLM source checkout run as its own vLLM (matrix.vllm_source), and the bisection over its commits.
+
+The checkout is made here from the installed release (the one the kit pins): its package's ``__init__`` and
+platform modules committed and tagged as the release, then a one-line change to the CUDA kernel gate, with
+commits that change nothing the gate reads before and after it. The release's other files come from the
+installed wheel, as they would for a maintainer's checkout. Each answer is vLLM's own, asked gate-only in a
+fresh process (the same on any machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from matrix.__main__ import main
+from matrix.cli import KIT_ROOT
+from matrix.errors import MatrixError
+from matrix.vllm_source import describe, installed_release, lay_over, python_path
+
+pytestmark = pytest.mark.skipif(
+    not any(d.metadata["Name"] == "vllm" for d in metadata.distributions()),
+    reason="vLLM is not installed: run through `nox -s tests`, which installs it",
+)
+
+GATE = "vllm/platforms/cuda.py"
+# The CUDA gate's kernel floor: raised past the kernel a new-kernel cell presents, so that cell stops pinning.
+FLOOR, RAISED = "version < (4, 19, 121)", "version < (99, 0, 0)"
+
+
+def _git(repo: Path, *args: str) -> str:
+    who = ["-c", "user.name=kit", "-c", "user.email=kit@example.invalid", "-c", "commit.gpgsign=false"]
+    return subprocess.run(["git", "-C", str(repo), *who, *args], check=True, capture_output=True, text=True).stdout
+
+
+def _commit(repo: Path, message: str) -> str:
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", message)
+    return _git(repo, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """A checkout whose four commits are: the release (tagged), a note, the gate change, another note."""
+    release = installed_release()
+    repo = tmp_path_factory.mktemp("checkout") / "vllm"
+    for name in ("vllm/__init__.py", *(str(f) for f in release.files if str(f).startswith("vllm/platforms/"))):
+        if name.endswith(".py"):
+            target = repo / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(Path(str(release.locate_file(name))).read_bytes())
+    _git(repo.parent, "init", "-q", str(repo))
+    commits = {"release": _commit(repo, f"vLLM {release.version}")}
+    _git(repo, "tag", f"v{release.version}")
+    (repo / "NOTES.md").write_text("a note the gate never reads\n")
+    commits["note"] = _commit(repo, "a note")
+    gate = (repo / GATE).read_text()
+    assert gate.count(FLOOR) == 1, f"{release.version}'s {GATE} has no kernel floor {FLOOR}: the test needs another"
+    (repo / GATE).write_text(gate.replace(FLOOR, RAISED))
+    commits["gate"] = _commit(repo, "raise the WSL2 kernel floor")
+    (repo / "NOTES.md").write_text("another note\n")
+    commits["later"] = _commit(repo, "another note")
+    return repo, release.version, commits
+
+
+def test_a_checkout_is_named_by_its_release_and_commit(history):
+    repo, release, commits = history
+    tree = describe(repo)
+    assert (tree.release, tree.distance, tree.commit, tree.dirty) == (release, 3, commits["later"], False)
+    assert tree.label == f"{release}+g{commits['later'][:9]}"
+    gate = repo / GATE
+    text = gate.read_text()
+    try:
+        gate.write_text(text + "# not committed\n")
+        assert describe(repo).label == f"{release}+g{commits['later'][:9]}.dirty"
+    finally:
+        gate.write_text(text)
+    assert not describe(repo).dirty
+
+
+def test_what_is_no_tagged_vllm_checkout_is_refused_in_one_line(tmp_path, history):
+    with pytest.raises(MatrixError, match="not a vLLM source checkout") as plain:
+        describe(tmp_path)
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    with pytest.raises(MatrixError, match="not a git checkout") as untracked:
+        describe(tmp_path)
+    _git(tmp_path, "init", "-q")
+    _commit(tmp_path, "no tag")
+    with pytest.raises(MatrixError, match="git fetch --tags") as untagged:
+        describe(tmp_path)
+    assert all("\n" not in str(e.value) for e in (plain, untracked, untagged))
+
+
+def test_the_layer_is_the_vllm_a_process_sees_with_its_own_version_and_source(history, tmp_path):
+    repo, release, commits = history
+    layer = lay_over(describe(repo), tmp_path / "layer")
+    assert layer.release == release and layer.from_checkout == len(list((repo / "vllm").rglob("*.py")))
+    seen = subprocess.run(
+        [sys.executable, "-c", "import json; from matrix.host.facts import vllm_info; print(json.dumps(vllm_info()))"],
+        env={**os.environ, "PYTHONPATH": python_path(layer.root, str(KIT_ROOT))},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    info = json.loads(seen.stdout)
+    assert info["version"] == f"{release}+g{commits['later'][:9]}"
+    assert (info["commit"], info["source"]) == (f"g{commits['later'][:9]}", repo.resolve().as_uri())
+    with pytest.raises(MatrixError, match="not a layer the kit made"):
+        lay_over(describe(repo), repo)  # never removes a directory it did not make
+
+
+def test_bisect_finds_the_commit_that_changed_the_gate_and_says_what_changed(history, capsys):
+    repo, release, commits = history
+    args = ["bisect", str(repo), "--good", f"v{release}", "--bad", commits["later"], "--cell", "cuda-wsl2new-v1-graph"]
+    assert main([*args, "--key", "pin", "--pin-env", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"first changed at {commits['gate']} (raise the WSL2 kernel floor)" in out
+    # The release pins with the opt-in on a new kernel; the raised floor stops it.
+    assert f"before ({release}+g{commits['release'][:9]}) -> after ({release}+g{commits['gate'][:9]})" in out
+    assert "pin_env=1: pin True -> False" in out
+
+
+def test_bisect_between_commits_with_the_same_answer_says_there_is_nothing_to_find(history, capsys):
+    repo, release, commits = history
+    args = ["bisect", str(repo), "--good", f"v{release}", "--bad", commits["note"], "--cell", "cuda-wsl2new-v1-graph"]
+    assert main([*args, "--key", "pin", "--pin-env", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("there is no change to find")
