@@ -649,12 +649,12 @@ def tests(session: nox.Session) -> None:
 
 def _workers() -> list[str]:
     """pytest-xdist's workers, a file to each: its module fixtures are computed once, and vLLM's answers are
-    shared through repro.answers' cache. Most of a test's time is children importing vLLM, which the other
-    worker overlaps (on 2 cores, 4 min 28 s against 7 min 51 s for the WSL2 variant). At most 4: each
-    evaluation already starts a child per core, and each child holds vLLM. A `-n` of the user's comes later
-    and wins (`-n 0`: one process).
+    shared through repro.answers' cache. One more worker than cores, because a worker spends much of its time
+    waiting: on children importing vLLM, on the test servers' timeouts, on nested sessions (on 2 cores, 3
+    workers ran the suite in 3 min 13 s, 2 workers in 3 min 57 s). At most 4: each evaluation already starts
+    a child per core, and each child holds vLLM. A `-n` of the user's comes later and wins (`-n 0`: one process).
     """
-    return ["-n", str(min(4, os.cpu_count() or 1)), "--dist", "loadfile"]
+    return ["-n", str(min(4, (os.cpu_count() or 1) + 1)), "--dist", "loadfile"]
 
 
 def _host_selection(as_host: str | None, stand_in_gpu: bool) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import functools
 import logging
 import os
@@ -221,6 +222,22 @@ def _tokenizer(model: str) -> dict:
         return {"tokenizer_error": traceback.format_exc()}
 
 
+@contextlib.contextmanager
+def _first_inspection(root: Path) -> Iterator[None]:
+    """Until vLLM has cached a model's architecture under the kept ``root``, one evaluation at a time.
+
+    Evaluations that start together (in the test session's workers and the sessions they start) would each
+    find the cache empty and each inspect: three ~20 s interpreters at once on a 2-core machine, where one
+    would do. The others wait for the first, then read its entry; once the cache exists, none waits.
+    """
+    if (root / "modelinfos").is_dir():
+        yield
+        return
+    with (root / ".inspecting").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) -> dict[Cell, Outcome]:
     """One child per request, as many at a time as there are cores; each cell's answer.
 
@@ -255,6 +272,8 @@ def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) ->
         preload(len(asked), all(request.stub_gpu for request in asked))
         with contextlib.ExitStack() as stack:
             kept_root = kept_directory("vllm-cache-root")
+            if kept_root is not None:
+                stack.enter_context(_first_inspection(kept_root))
             cache = str(kept_root or stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-config-")))
             outcomes = run_isolated(functools.partial(check, cache_root=cache), asked, timeout=timeout)
         for request, outcome in zip(asked, outcomes, strict=True):
