@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matrix.cells import Cell, Host, Stack, StrEnum, select
+from matrix.cells import Cell, Host, StrEnum, select
 from matrix.errors import MatrixError
 from matrix.host.classify import DetectedHost, detect
 from matrix.host.facts import collect_facts
@@ -127,17 +127,10 @@ class Plan:
         return [planned[cell] for cell in wanted]
 
     def as_dict(self) -> dict[str, Any]:
-        here = self.here
         return {
             "schema": PLAN_SCHEMA,
             "env_hash": self.env_hash,
-            "host": {
-                "host": here.host.value,
-                "stack": here.stack.value if here.stack else None,
-                "kernel": list(here.kernel) if here.kernel else None,
-                "gpu": here.gpu,
-                "stack_reason": here.stack_reason,
-            },
+            "host": self.here.to_json(),
             "cells": [plan.as_dict() for plan in self.cells],
         }
 
@@ -151,14 +144,7 @@ def load_plan(path: Path) -> Plan:
     again = f"write it with `python -m matrix plan --cells CELLS --env ENV.json --out {path}`"
     record = read_record(path, PLAN_SCHEMA, f"plan {path}", "a plan record", again)
     try:
-        host = record["host"]
-        here = DetectedHost(
-            host=Host.parse(host["host"]),
-            stack=Stack.parse(host["stack"]) if host["stack"] else None,
-            kernel=tuple(int(part) for part in host["kernel"]) if host["kernel"] else None,
-            gpu=str(host["gpu"]),
-            stack_reason=str(host["stack_reason"]),
-        )
+        here = DetectedHost.from_json(record["host"])
         cells = tuple(
             CellPlan(Cell.parse(entry["cell"]), Execution(entry["execution"]), str(entry["reason"]))
             for entry in record["cells"]

@@ -125,7 +125,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             f"{row['pageable_d2h_gbs']:7.2f} GB/s"
         )
     if args.out:
-        Path(args.out).write_text(json.dumps(probe.metrics_document(results, probe.host_of(here)), indent=2) + "\n")
+        Path(args.out).write_text(json.dumps(probe.metrics_document(results, here), indent=2) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
     return 0 if all(r.status in ("ok", "skipped") for r in results.values()) else 1
 

@@ -22,8 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matrix.cells import Cell, Mode
+from matrix.cells import Cell, Host, Mode
 from matrix.host.facts import vllm_info
+from matrix.plan import CellPlan, Execution
 from matrix.variables import (
     GATE_PIN_VALUES,
     OFFLOAD_DISABLE_PIN_MEMORY,
@@ -86,6 +87,28 @@ class EngineRun:
         if not pin_env_read:
             env.pop(PIN_MEMORY.name, None)
         return json.dumps(self.spec(model), sort_keys=True), tuple(sorted(env.items()))
+
+
+def run_of(plan: CellPlan, pin_env: str, offload: bool = True, minimal: bool = False) -> EngineRun:
+    """The engine run a cell's plan makes of one reproduction case: vLLM shown the cell's uname where the plan
+    emulates its host."""
+    return EngineRun(plan.cell, pin_env, offload, plan.execution is not Execution.NATIVE, minimal)
+
+
+def runs_for(plans: Iterable[CellPlan]) -> list[EngineRun]:
+    """Every engine run the reproduction asks for in the cells its plans give a GPU: per pin value the offload
+    run and its reference, and on native Linux the minimal form (vLLM's own switches), whose own variables
+    take pinned memory away, so it needs no reference."""
+    runs = []
+    for plan in plans:
+        if not plan.execution.uses_gpu:
+            continue
+        for pin_env in GATE_PIN_VALUES:
+            run = run_of(plan, pin_env)
+            runs += [run, run.reference()]
+            if plan.cell.host is Host.LINUX:  # so the plan is native: emulation only presents WSL2
+                runs.append(run_of(plan, pin_env, minimal=True))
+    return runs
 
 
 def pin_env_read_by(vllm_version: str | None) -> Callable[[Cell], bool]:

@@ -13,6 +13,7 @@ import json
 import platform
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from matrix.cells import WSL2_PIN_KERNEL, Host, Stack
@@ -103,6 +104,27 @@ class DetectedHost:
     kernel: tuple[int, ...] | None
     gpu: str
     stack_reason: str
+
+    def to_json(self) -> dict[str, object]:
+        """How a plan and a probe record say which host they were made on (``from_json`` reads it back)."""
+        return {
+            "host": self.host.value,
+            "stack": self.stack.value if self.stack else None,
+            "kernel": list(self.kernel) if self.kernel else None,
+            "gpu": self.gpu,
+            "stack_reason": self.stack_reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DetectedHost:
+        """The host ``to_json`` wrote; KeyError, TypeError or ValueError where it is not one."""
+        return cls(
+            host=Host.parse(data["host"]),
+            stack=Stack.parse(data["stack"]) if data["stack"] else None,
+            kernel=tuple(int(part) for part in data["kernel"]) if data["kernel"] else None,
+            gpu=str(data["gpu"]),
+            stack_reason=str(data["stack_reason"]),
+        )
 
 
 def parse_kernel_version(release: str) -> tuple[int, ...] | None:

@@ -317,7 +317,9 @@ def read_probe(path: Path) -> Probe:
     data = read_json_input(path, PROBE)
     host = data["host"]
     passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
-    return Probe(str(path), host["stack"], host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed)
+    # A record before DetectedHost.to_json wrote "none" for a machine without a GPU stack, one since writes null.
+    stack = host["stack"] or "none"
+    return Probe(str(path), stack, host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed)
 
 
 def load_probes(directory: str | None) -> list[Probe]:

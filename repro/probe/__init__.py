@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from repro.probe.checks import check_facts, judged
 from repro.probe.child import DEFAULT_TIMEOUT, SectionResult, run_section
-from repro.probe.record import host_of, metrics_document
+from repro.probe.record import metrics_document
 from repro.probe.sections import SECTIONS
 
 __all__ = [
@@ -19,7 +19,6 @@ __all__ = [
     "SECTIONS",
     "SectionResult",
     "check_facts",
-    "host_of",
     "judged",
     "metrics_document",
     "run_section",

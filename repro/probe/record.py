@@ -10,23 +10,13 @@ from repro.probe.child import SectionResult
 PROBE_SCHEMA = "wslpin-kit.probe/1"
 
 
-def host_of(here: DetectedHost) -> dict[str, str]:
-    """The probe record's description of the host it ran on."""
-    return {
-        "stack": here.stack.value if here.stack else "none",
-        "host": here.host.value,
-        "gpu": here.gpu,
-        "kernel": ".".join(map(str, here.kernel or ())),
-    }
-
-
-def metrics_document(results: dict[str, SectionResult], host: dict[str, str]) -> dict:
-    """The probe's record; ``host`` (stack, host, gpu, driver, kernel) lets the report cite it per cell."""
+def metrics_document(results: dict[str, SectionResult], here: DetectedHost) -> dict:
+    """The probe's record; the host it ran on lets the report cite it per cell."""
     bandwidth = results.get("bandwidth")
     return {
         "schema": PROBE_SCHEMA,
         "collected_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "host": host,
+        "host": here.to_json(),
         "bandwidth_table": bandwidth.metrics.get("rows", []) if bandwidth else [],
         "sections": {
             name: {

@@ -19,7 +19,6 @@ from matrix.cells import Host
 from matrix.files import write_file
 from matrix.host import classify, facts
 from matrix.plan import Execution
-from matrix.variables import GATE_PIN_VALUES
 from repro import offload, probe
 from repro.gate import GateRequest
 from repro.tinymodel import tiny_model
@@ -30,24 +29,10 @@ def _needs_gpu(plan) -> None:
         pytest.skip(f"no GPU for this cell: {plan.execution} ({plan.reason})")
 
 
-def _runs_for(plans) -> list[offload.EngineRun]:
-    runs = []
-    for cell, plan in plans.items():
-        if not plan.execution.uses_gpu:
-            continue
-        emulated = plan.execution is not Execution.NATIVE
-        for pin_env in GATE_PIN_VALUES:
-            run = offload.EngineRun(cell, pin_env, True, emulated)
-            runs += [run, run.reference()]
-            if cell.host is Host.LINUX:  # so the plan is native: emulation only presents WSL2
-                runs.append(offload.EngineRun(cell, pin_env, True, False, minimal=True))
-    return runs
-
-
 @pytest.fixture(scope="session")
 def engine_results(request, plans):
     """Every engine run the session's GPU cells need, each once (none, and no model built, without such cells)."""
-    runs = _runs_for(plans)
+    runs = offload.runs_for(plans.values())
     if not runs:
         return {}
     model = tiny_model(Path(request.config.getoption("--model-cache")))
@@ -61,8 +46,7 @@ def engine_results(request, plans):
 
 def _run(engine_results, plans, cell, pin_env, offloaded=True, minimal=False) -> offload.EngineResult:
     _needs_gpu(plans[cell])
-    emulated = plans[cell].execution is not Execution.NATIVE
-    return engine_results[offload.EngineRun(cell, pin_env, offloaded, emulated, minimal)]
+    return engine_results[offload.run_of(plans[cell], pin_env, offloaded, minimal)]
 
 
 def _pair(engine_results, plans, cell, pin_env):
@@ -154,7 +138,7 @@ def probe_results(request, plans):
     out = request.config.getoption("--probe-out")
     if out:
         here = classify.detect(facts.collect_facts())
-        document = json.dumps(probe.metrics_document(results, probe.host_of(here)), indent=2) + "\n"
+        document = json.dumps(probe.metrics_document(results, here), indent=2) + "\n"
         write_file(Path(out).parent, Path(out).name, document.encode())  # never through a link waiting there
     return results
 

@@ -17,7 +17,9 @@ import pytest
 from conftest import require_gate_only
 
 from matrix.cells import Cell, Host, Stack, select
+from matrix.host.classify import DetectedHost
 from matrix.host.facts import vllm_info
+from matrix.plan import Plan
 from matrix.variables import GATE_PIN_VALUES, UNSET
 from repro import offload
 from repro.isolation import DEADLINE_VARIABLE, NOT_STARTED, run_command, run_isolated, run_json_child
@@ -26,27 +28,24 @@ from repro.tinymodel import tiny_model
 MODEL = Path("tiny-model")  # the stand-ins never load it: the spec only names it
 
 
-def runs_on_a_linux_gpu(cells):
-    """The runs the repro tests ask for on native Linux with an NVIDIA GPU (tests/cell/test_repro.py)."""
-    runs = []
-    for cell in cells:
-        for pin_env in GATE_PIN_VALUES:
-            run = offload.EngineRun(cell, pin_env, True, present_host=cell.host is not Host.LINUX)
-            runs += [run, run.reference()]
-        if cell.host is Host.LINUX:
-            minimal = offload.EngineRun(cell, UNSET, True, False, minimal=True)
-            runs += [minimal, minimal.reference()]
-    return runs
+# A native-Linux machine with an NVIDIA GPU, described: the plan is what such a runner's session makes.
+LINUX_GPU = DetectedHost(Host.LINUX, Stack.CUDA, (6, 8, 0), "NVIDIA H200", "nvidia-smi lists an NVIDIA GPU")
+
+
+def runs_on_a_linux_gpu(cells: str) -> list[offload.EngineRun]:
+    """The runs the reproduction asks for there (tests/cell/test_repro.py's session fixture calls the same)."""
+    return offload.runs_for(Plan.for_host(select(cells), LINUX_GPU).cells)
 
 
 @pytest.mark.parametrize("vllm", ["0.26.0", "0.33.0"])
 def test_the_cuda_cells_share_engine_runs_where_the_pin_variable_changes_nothing(vllm):
-    runs = runs_on_a_linux_gpu(select("cuda-*"))
+    runs = runs_on_a_linux_gpu("cuda-*")
     groups = offload.share(runs, MODEL, {"PATH": "/bin"}, offload.pin_env_read_by(vllm))
-    assert len(runs) == 56
+    # 12 cells x 2 pin values x offload/reference, and the minimal form on the 4 native cells x 2 pin values.
+    assert len(runs) == 48 + 8
     # linux and wsl2old: one run serves both pin values (8 cells x offload/reference); wsl2new: 4 cells x 4;
-    # the minimal form (its own variables) 4 cells x 2.
-    assert len(groups) == 16 + 16 + 8
+    # the minimal form (its own variables, which take pinned memory away): one run per cell.
+    assert len(groups) == 16 + 16 + 4
     for group in groups:
         assert len({run.cell for run in group}) == 1, "different cells never have equal inputs"
         assert len({(run.offload, run.minimal) for run in group}) == 1
@@ -100,12 +99,13 @@ def test_every_engine_run_gets_a_compile_cache_of_its_own(tmp_path, monkeypatch)
         os._exit(3)
         """,
     )
-    runs = runs_on_a_linux_gpu([Cell.parse("cuda-linux-v1-graph"), Cell.parse("cuda-wsl2new-v1-graph")])
+    runs = runs_on_a_linux_gpu("cuda-linux-v1-graph,cuda-wsl2new-v1-graph")
     results = offload.run_engines(runs, MODEL, timeout=120, jobs=3)
     children = [json.loads(line) for line in open(record)]
     caches = [child["cache"] for child in children]
     read = offload.pin_env_read_by(vllm_info()["version"])
-    assert len(children) == len(offload.share(runs, MODEL, dict(os.environ), read)) == 8  # of 10 asked for
+    # linux: offload and reference for both pin values, and the minimal form; wsl2new: each of its 4 runs.
+    assert len(children) == len(offload.share(runs, MODEL, dict(os.environ), read)) == 3 + 4  # of 10 asked for
     assert len(set(caches)) == len(caches), "two engine runs shared a compile cache"
     assert all(cache and os.path.isabs(cache) and not os.path.exists(cache) for cache in caches)  # removed after
     assert set(results) == set(runs)

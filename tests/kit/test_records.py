@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_report import gate_case, report_of, write_suite
 
-from matrix.cells import Cell
+from matrix.cells import Cell, Host, Stack, select
 from matrix.envelope import ENVELOPE_SCHEMA, Envelope
 from matrix.errors import MatrixError
-from matrix.plan import Execution
+from matrix.host.classify import DetectedHost
+from matrix.plan import Execution, Plan, load_plan
+from matrix.report.model import load_probes
 from matrix.summary import render, summarize
+from repro.probe.record import metrics_document
 
 # What the kit wrote into every cell file before the envelope became a record (docs/matrix/compat.json's provenance).
 WRITTEN = {
@@ -102,3 +107,25 @@ def test_a_file_that_is_not_a_cell_result_is_one_clear_error(tmp_path):
     bad.write_text("<testsuites><testsuite")
     with pytest.raises(MatrixError, match="not a cell's result file"):
         summarize(bad)
+
+
+@pytest.mark.parametrize(
+    "here",
+    [
+        DetectedHost(Host.WSL2NEW, Stack.CUDA, (6, 6, 87), "NVIDIA GeForce RTX 4090", "nvidia-smi lists a GPU"),
+        DetectedHost(Host.LINUX, None, None, "", "no GPU: no nvidia-smi/amd-smi GPU, no /dev/kfd"),
+    ],
+    ids=["gpu", "none"],
+)
+def test_the_host_is_written_in_one_form_that_the_plan_and_the_probes_reader_read_back(here, tmp_path):
+    plan = Plan.for_host(select("cuda-wsl2new-*"), here, env_hash="abc")
+    plan.write(tmp_path / "plan.json")
+    assert load_plan(tmp_path / "plan.json") == plan
+    assert json.loads((tmp_path / "plan.json").read_text())["host"] == here.to_json()
+    # The probe's record says the same of its host, and the report cites it by stack and host.
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    (probes / "probe.json").write_text(json.dumps(metrics_document({}, here)))
+    (probe,) = load_probes(str(probes))
+    stack = here.stack.value if here.stack else "none"
+    assert (probe.stack, probe.host, probe.gpu) == (stack, here.host.value, here.gpu)
