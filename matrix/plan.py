@@ -20,6 +20,7 @@ from matrix.errors import MatrixError
 from matrix.host.classify import DetectedHost, detect
 from matrix.host.facts import collect_facts
 from matrix.host.record import EnvironmentRecord
+from matrix.questions import Level
 from matrix.records import read_record
 
 PLAN_SCHEMA = "wslpin-kit.plan/1"
@@ -34,6 +35,29 @@ class Execution(StrEnum):
     @property
     def uses_gpu(self) -> bool:
         return self in (Execution.NATIVE, Execution.EMULATED)
+
+    @property
+    def presents_host(self) -> bool:
+        """vLLM is shown the cell's uname: this machine is not the cell's host."""
+        return self is not Execution.NATIVE
+
+    @property
+    def stubs_gpu(self) -> bool:
+        """vLLM is shown a stand-in for the cell's GPU: there is none of its stack here."""
+        return not self.uses_gpu
+
+    @property
+    def level(self) -> Level:
+        """How a verdict resting on this execution's results is known."""
+        levels = {Execution.GATE_ONLY: Level.PREDICTED, Execution.EMULATED: Level.EMULATED}
+        return Level.NATIVE if self is Execution.NATIVE else levels.get(self, Level.NONE)
+
+    @property
+    def strength(self) -> int:
+        """Which result a cell rests on where it has several: the lowest. A runner that found itself misrouted
+        outranks a prediction: it was meant to run the cell, and the cell must show that it did not."""
+        order = (Execution.NATIVE, Execution.EMULATED, Execution.MISROUTED, Execution.GATE_ONLY)
+        return order.index(self)
 
 
 @dataclass(frozen=True)

@@ -49,10 +49,6 @@ URGENCY = (
 )
 
 
-# The execution a cell's result rests on (matrix.plan.Execution's values) -> the level of its verdicts.
-LEVELS = {"gate-only": Level.PREDICTED, "emulated": Level.EMULATED, "native": Level.NATIVE}
-
-
 class Workaround(enum.StrEnum):
     EAGER = "eager"
     V1_RUNNER = "v1-runner"

@@ -26,7 +26,7 @@ from typing import Any
 
 from matrix.cells import Cell, ModelClass
 from matrix.host import reads
-from matrix.plan import CellPlan, Execution
+from matrix.plan import CellPlan
 from matrix.variables import GATE_PIN_VALUES, UNSET, V2_MODEL_RUNNER
 from repro import emulation
 from repro.answers import kept_directory, memory, tree_digest
@@ -61,8 +61,8 @@ def requests_for(plans: Iterable[CellPlan], model: Path, moe: Path) -> list[Conf
     """One request per stack, host and way of running them (native, emulated, gate-only)."""
     groups: dict[tuple, list[EngineRun]] = {}
     for plan in plans:
-        emulated = plan.execution is not Execution.NATIVE
-        key = (plan.cell.stack, plan.cell.host, emulated, not plan.execution.uses_gpu)
+        emulated = plan.execution.presents_host
+        key = (plan.cell.stack, plan.cell.host, emulated, plan.execution.stubs_gpu)
         groups.setdefault(key, []).append(EngineRun(plan.cell, PIN_ENV, True, emulated))
     return [ConfigRequest(tuple(runs), str(model), str(moe), stub_gpu=key[3]) for key, runs in sorted(groups.items())]
 

@@ -55,8 +55,8 @@ class GateRequest:
             cell.stack,
             cell.host,
             pin_env,
-            present_host=execution is not Execution.NATIVE,
-            stub_gpu=not execution.uses_gpu,
+            present_host=execution.presents_host,
+            stub_gpu=execution.stubs_gpu,
         )
 
     @property
@@ -247,7 +247,7 @@ class EdgeRequest:
 
     @classmethod
     def for_cell(cls, cell: Cell, execution: Execution) -> EdgeRequest:
-        return cls(cell.stack, stub_gpu=not execution.uses_gpu)
+        return cls(cell.stack, stub_gpu=execution.stubs_gpu)
 
 
 # functools.cache and lru_cache both wrap a function in this type.

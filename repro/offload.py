@@ -24,7 +24,7 @@ from pathlib import Path
 
 from matrix.cells import Cell, Host, Mode
 from matrix.host.facts import vllm_info
-from matrix.plan import CellPlan, Execution
+from matrix.plan import CellPlan
 from matrix.variables import (
     GATE_PIN_VALUES,
     OFFLOAD_DISABLE_PIN_MEMORY,
@@ -92,7 +92,7 @@ class EngineRun:
 def run_of(plan: CellPlan, pin_env: str, offload: bool = True, minimal: bool = False) -> EngineRun:
     """The engine run a cell's plan makes of one reproduction case: vLLM shown the cell's uname where the plan
     emulates its host."""
-    return EngineRun(plan.cell, pin_env, offload, plan.execution is not Execution.NATIVE, minimal)
+    return EngineRun(plan.cell, pin_env, offload, plan.execution.presents_host, minimal)
 
 
 def runs_for(plans: Iterable[CellPlan]) -> list[EngineRun]:

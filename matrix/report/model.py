@@ -22,7 +22,6 @@ from matrix.report.reading import Inputs, read_inputs
 from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
 from matrix.variables import UNSET
 from matrix.verdicts import (
-    LEVELS,
     CellVerdicts,
     Level,
     Observations,
@@ -285,7 +284,7 @@ def observations(cell: CellReport) -> Observations:
     env = cell.envelope
     if env is None or env.execution is None or cell.status in (Status.CRASHED, Status.MISROUTED, Status.MISSING):
         return Observations({}, Level.NONE)
-    return Observations(cell.gate_values, LEVELS.get(env.execution.value, Level.NONE))
+    return Observations(cell.gate_values, env.execution.level)
 
 
 def without_release(versions: dict[str, list[CellReport]]) -> list[CellReport]:

@@ -294,7 +294,7 @@ def build_cells(
         reports[v] = []
         for cell in CELLS:
             found = by_cell.pop((v, cell.id), {})
-            ranked = sorted(found, key=lambda e: EVIDENCE_STRENGTH.get(e, len(EVIDENCE_STRENGTH)))
+            ranked = sorted(found, key=_strength)
             runner = runners.get(cell, "")
             rests_on = ranked[0] if ranked else None
             if runner and rests_on not in (Execution.NATIVE, Execution.MISROUTED):
@@ -309,9 +309,12 @@ def build_cells(
     return reports
 
 
-# Which evidence a cell's status rests on when several kinds exist. A runner that found itself
-# misrouted outranks a prediction: it was meant to run the cell, and the cell must show that it did not.
-EVIDENCE_STRENGTH = {"native": 0, "emulated": 1, "misrouted": 2, "gate-only": 3}
+def _strength(execution: str) -> int:
+    """Which of a cell's results its status rests on: the lowest; an execution the kit does not know, last."""
+    try:
+        return Execution(execution).strength
+    except ValueError:
+        return len(Execution)
 
 
 def _version_key(version: str) -> tuple[int, Version]:
