@@ -37,6 +37,9 @@ from matrix.host.record import EnvironmentRecord  # noqa: E402
 from matrix.layout import UNKNOWN_RELEASE, run_dir  # noqa: E402
 from matrix.plan import Plan, cell_pytest_args  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
+from matrix.report.bench import TEST_SERVER  # noqa: E402
+from matrix.variables import CACHE_ROOT, HOST_IP, NO_USAGE_STATS  # noqa: E402
+from repro import emulation  # noqa: E402
 from tools import clean_machine as fresh  # noqa: E402
 from tools import docker_smoke as smoke  # noqa: E402
 
@@ -519,7 +522,7 @@ def bench(session: nox.Session) -> None:
     parser.add_argument("--cell", default="cuda-wsl2new-v2-graph")
     parser.add_argument("--server", default="vllm")
     bench_args, rest = parser.parse_known_args(rest)
-    if bench_args.server == "fake":
+    if bench_args.server == TEST_SERVER:
         session.install("-e", ".[bench]")
     else:
         try:
@@ -573,12 +576,12 @@ def cpu_engine(session: nox.Session) -> None:
     job = Path(session.create_tmp())
     env = {
         # No usage report leaves the machine, and vLLM finds its own address without asking the network.
-        "VLLM_NO_USAGE_STATS": "1",
+        NO_USAGE_STATS.name: "1",
         "DO_NOT_TRACK": "1",
-        "VLLM_HOST_IP": "127.0.0.1",
+        HOST_IP.name: "127.0.0.1",
         # vLLM's sockets, rendezvous files and compile caches stay in the session's directory.
         "TMPDIR": str(job),
-        "VLLM_CACHE_ROOT": str(job / "vllm-cache"),
+        CACHE_ROOT.name: str(job / "vllm-cache"),
     }
     started = time.perf_counter()
     session.run("python", "-m", "pytest", "tests/engine", "-s", *session.posargs, env=env)
@@ -613,11 +616,11 @@ def _stand_in_env(as_host: str | None, stand_in_gpu: bool) -> dict[str, str]:
     """The environment in which every process of a test run sees another machine than this one."""
     env = {}
     if as_host:
-        # The benchmark's start-up hook presents the WSL2 uname in every Python process (vLLM and
-        # host detection read platform.uname); the kit's root lets it load in any interpreter.
-        hook = ROOT / "repro" / "bench" / "present_host"
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), str(ROOT), os.environ.get("PYTHONPATH")]))
-        env |= {"WSLPIN_PRESENT_HOST": as_host, "WSL_DISTRO_NAME": "wslpin-emulated"}
+        # The benchmark's start-up hook presents the WSL2 uname in every Python process (vLLM and host detection
+        # read platform.uname), and WSL's own variable is there as on a WSL2 machine; the kit's root lets the hook
+        # load in any interpreter.
+        kit_first = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = emulation.presenting(Host(as_host), {"PYTHONPATH": kit_first}) | {"WSL_DISTRO_NAME": "wslpin-emulated"}
     if stand_in_gpu:
         env["PATH"] = os.pathsep.join([str(ROOT / "tests" / "stand-in-gpu"), os.environ["PATH"]])
     return env

@@ -1,4 +1,4 @@
-"""Every environment variable the kit sets for vLLM, once: its name, what it does, the values the kit tries.
+"""Every environment variable the kit sets for vLLM, and its own, once: its name, what it does, the values it sets.
 
 The kit reads them back where it stands in for vLLM (the benchmark's test server), and where the doctor
 says what vLLM will make of the values a user has set (``vllm_reads``).
@@ -25,12 +25,14 @@ BENCH_PIN_VALUES = (UNSET, "0", "1")
 class Variable:
     name: str
     does: str
-    values: tuple[str, ...]  # every value the kit sets; UNSET removes the variable
+    # Every value the kit sets; UNSET removes the variable. (): a value the run computes (a directory of its own, a
+    # host cell's name: matrix.cells imports this module, so it cannot list them here).
+    values: tuple[str, ...]
     since: str | None = None  # the first vLLM release that reads it; None: every release the kit runs
 
     def apply(self, environ: MutableMapping[str, str], value: str) -> None:
         """Set ``value`` in ``environ``, or remove the variable for UNSET."""
-        if value not in self.values:
+        if self.values and value not in self.values:
             raise ValueError(f"the kit never sets {self.name}={value!r}; it sets {self.values}")
         if value == UNSET:
             environ.pop(self.name, None)
@@ -81,4 +83,22 @@ FLASHINFER_SAMPLER = Variable(
     "VLLM_USE_FLASHINFER_SAMPLER",
     "0 keeps vLLM's sampler from importing FlashInfer to ask whether it may use it, where FlashInfer is not installed",
     ("0",),
+)
+# What the kit sets for a vLLM engine it starts on this machine (the CPU engine, the benchmark's servers).
+NO_USAGE_STATS = Variable("VLLM_NO_USAGE_STATS", "1: no usage report leaves the machine", ("1",))
+HOST_IP = Variable(
+    "VLLM_HOST_IP", "the address vLLM gives itself, so that it finds none by asking the network", ("127.0.0.1",)
+)
+CACHE_ROOT = Variable(
+    "VLLM_CACHE_ROOT",
+    "where vLLM keeps its compile caches and what it found about a model: a directory of the run's own",
+    (),
+)
+
+# The kit's own: a WSL2 host cell every Python process started from this environment presents to vLLM, through
+# the start-up hook in repro/bench/present_host (repro.emulation.presenting).
+PRESENT_HOST = Variable(
+    "WSLPIN_PRESENT_HOST",
+    "the WSL2 host cell whose uname each Python process shows vLLM",
+    (),
 )

@@ -13,7 +13,7 @@ from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.host import classify, facts
 from matrix.plan import CellPlan, Execution, Plan, plan_cells
-from matrix.report.bench import PLUMBING_SERVER, SERVERS
+from matrix.report.bench import PLUMBING_SERVER, SERVERS, TEST_SERVER
 from matrix.variables import (
     BENCH_PIN_VALUES,
     GATE_PIN_VALUES,
@@ -188,7 +188,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     (plan,) = plan_cells([Cell.parse(args.cell)], here)
     if args.server == "vllm":
         plan.require_gpu("serve vLLM", BENCH_WITHOUT_GPU)
-    model = args.model or ("wslpin-tiny" if args.server == "fake" else str(tiny_model(Path(args.cache))))
+    model = args.model or ("wslpin-tiny" if args.server == TEST_SERVER else str(tiny_model(Path(args.cache))))
     config_json = Path(model) / "config.json"
     vocab = json.loads(config_json.read_text())["vocab_size"] if config_json.is_file() else 512
     out = Path(args.out or BUILD.parent / "results" / "bench" / plan.cell.id)

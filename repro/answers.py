@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from matrix.variables import PRESENT_HOST
 from repro.isolation import Outcome, run_isolated, time_left
 
 CACHE_VARIABLE = "WSLPIN_ANSWER_CACHE"
@@ -37,7 +38,7 @@ _KIT = Path(__file__).resolve().parents[1]
 # the kit's presented host, and where programs and modules are found (a stand-in nvidia-smi, a fake vLLM).
 # Not the kit's own bookkeeping (the test being run, the run's deadline): it changes nothing a child sees.
 _ENV_PREFIXES = ("VLLM_", "CUDA_", "HIP_", "ROCR_", "ROCM_", "HSA_", "NVIDIA_", "TORCH", "PYTORCH_", "TRITON_", "WSL_")
-_ENV_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "WSLPIN_PRESENT_HOST")
+_ENV_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD", PRESENT_HOST.name)
 # The compile cache that importing torch._inductor points at its per-user default: it differs only by
 # whether the parent has preloaded torch yet.
 _ENV_IGNORED = ("TORCHINDUCTOR_CACHE_DIR",)

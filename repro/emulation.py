@@ -16,19 +16,33 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import platform
 import sys
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from matrix.cells import Host, Stack
+from matrix.variables import PRESENT_HOST
 
 EMULATED_NODE = "wslpin-emulated"
 # A Radeon RX 7900 XTX: the RDNA3 card AMD supports for ROCm on WSL2.
 EMULATED_GCN_ARCH = "gfx1100"
 # An H200, the GPU the kit's measurements come from (Hopper, compute capability 9.0).
 EMULATED_CUDA_CAPABILITY = (9, 0)
+
+
+# Python imports its sitecustomize at start-up from a directory on PYTHONPATH: the hook that presents the host there.
+PRESENT_HOST_HOOK = Path(__file__).resolve().parent / "bench" / "present_host"
+
+
+def presenting(host: Host, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for processes that each present ``host`` to vLLM from their start: every Python process they start
+    too (vLLM's API server and engine core are separate processes, and so are a test run's children)."""
+    path = os.pathsep.join(filter(None, [str(PRESENT_HOST_HOOK), env.get("PYTHONPATH")]))
+    return {**env, PRESENT_HOST.name: host.value, "PYTHONPATH": path}
 
 
 def present_host(host: Host) -> None:

@@ -27,13 +27,13 @@ from typing import Any
 from matrix.cells import Cell, ModelClass
 from matrix.host import reads
 from matrix.plan import CellPlan
-from matrix.variables import GATE_PIN_VALUES, UNSET, V2_MODEL_RUNNER
+from matrix.variables import CACHE_ROOT, GATE_PIN_VALUES, UNSET, V2_MODEL_RUNNER
 from repro import emulation
 from repro.answers import kept_directory, memory, tree_digest
 from repro.engine import engine_kwargs
 from repro.gate import preload
 from repro.isolation import Outcome, run_isolated
-from repro.offload import CACHE_ROOT, EngineRun
+from repro.offload import EngineRun
 
 DEFAULT_TIMEOUT = 180.0
 # The reproduction's own run: the pin variable changes no engine argument, so one value stands for both in the
@@ -107,7 +107,7 @@ def _get_tokenizer() -> Callable[[str], Any]:
 
 def check(request: ConfigRequest, cache_root: str) -> dict[str, dict]:
     """In a fresh process: the host and stand-in, then per cell its engine's environment and vLLM's engine config."""
-    base = dict(os.environ) | {CACHE_ROOT: cache_root}
+    base = dict(os.environ) | {CACHE_ROOT.name: cache_root}
     first = request.runs[0]
     if first.present_host:
         emulation.present_host(first.cell.host)

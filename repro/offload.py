@@ -26,6 +26,7 @@ from matrix.cells import Cell, Host, Mode
 from matrix.host.facts import vllm_info
 from matrix.plan import CellPlan
 from matrix.variables import (
+    CACHE_ROOT,
     GATE_PIN_VALUES,
     OFFLOAD_DISABLE_PIN_MEMORY,
     OFFLOAD_DISABLE_UVA,
@@ -40,7 +41,6 @@ MINIMAL_FORM_ENV = {OFFLOAD_DISABLE_UVA.name: "1", OFFLOAD_DISABLE_PIN_MEMORY.na
 # vLLM caches compiled models under this root, keyed on nothing about WSL2 or pinned memory
 # (0.26.0): an emulated WSL2 run could load its native twin's artifact, skip the Dynamo
 # tracing that fails there, and fail for another reason. Each run gets a root of its own.
-CACHE_ROOT = "VLLM_CACHE_ROOT"
 
 
 @dataclass(frozen=True, order=True)
@@ -193,7 +193,7 @@ class EngineResult:
 
 def run_engine(run: EngineRun, model: Path, timeout: float = DEFAULT_TIMEOUT) -> EngineResult:
     with tempfile.TemporaryDirectory(prefix="wslpin-engine-") as own:
-        env = run.env(dict(os.environ)) | {CACHE_ROOT: os.path.join(own, "vllm-cache")}
+        env = run.env(dict(os.environ)) | {CACHE_ROOT.name: os.path.join(own, "vllm-cache")}
         child = run_json_child(
             [sys.executable, "-m", "repro.engine", json.dumps(run.spec(model))], env=env, timeout=timeout
         )

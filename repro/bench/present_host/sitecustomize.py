@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+# The name is matrix.variables.PRESENT_HOST's, which this hook cannot import before it has found the kit.
 if os.environ.get("WSLPIN_PRESENT_HOST"):
     # The kit this file belongs to, last on the path: a server started outside the kit's
     # environment finds it, and a kit installed in that environment still comes first.

@@ -1,0 +1,39 @@
+"""One owner per fact: what several modules need is defined in one and imported by the others (issue 25)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from conftest import ROOT
+
+from matrix import variables
+
+VLLM_VARIABLE = re.compile(r"VLLM_[A-Z0-9_]+")
+
+
+def kit_sources() -> list[Path]:
+    """The kit's own code: its packages, the noxfile and the tools (not the tests, which may name anything)."""
+    return sorted(
+        [
+            ROOT / "noxfile.py",
+            *(ROOT / "tools").glob("*.py"),
+            *(ROOT / "matrix").rglob("*.py"),
+            *(ROOT / "repro").rglob("*.py"),
+        ]
+    )
+
+
+def test_every_vllm_variable_the_kit_names_is_in_the_registry_and_named_nowhere_else():
+    registry = Path(variables.__file__).resolve()
+    elsewhere = []
+    for path in kit_sources():
+        if path.resolve() == registry:
+            continue
+        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and VLLM_VARIABLE.fullmatch(node.value):
+                elsewhere.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}")
+    assert not elsewhere, "a vLLM variable named outside matrix/variables.py: add it there and import it"
+    registered = {value.name for value in vars(variables).values() if isinstance(value, variables.Variable)}
+    assert {"VLLM_CACHE_ROOT", "VLLM_NO_USAGE_STATS", "VLLM_HOST_IP", "WSLPIN_PRESENT_HOST"} <= registered
