@@ -131,8 +131,9 @@ def _env_record(path: Path) -> EnvironmentRecord:
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    # junitparser is imported here, not at the top: `env` and `plan` must work on
-    # a bare Python (a fresh runner, the workflow's plan job) with nothing installed.
+    # The safe XML parser that reads pytest's file is imported here, first, not at the top: `env` and `plan` must
+    # work on a bare Python (a fresh runner, the workflow's plan job), and the split says what it lacks at once.
+    import matrix.report.reading  # noqa: F401
     from matrix.envelope import RunInfo
     from matrix.junit import write_cell_results
 

@@ -1,27 +1,39 @@
-"""Per-cell JUnit files: one suite per cell, named by its id, with the envelope.
+"""Per-cell JUnit files: one suite per cell, named by its id, with the envelope. The kit's one JUnit writer.
 
 A cell session runs pytest once for all its cells (so vLLM's answer for a host
 is computed once) and tags each test case with a ``cell`` property. This module
 splits that run into ``results/<cell-id>.xml`` files and stamps each suite with
-the envelope of provenance properties that the report reads.
+the envelope of provenance properties that the report reads. It writes the cases
+the kit makes itself too (a cell without results, a misrouted cell, cases an
+offline run's deadline left unrun), with the standard library only: a runner's
+bare Python writes the misrouted ones before anything is installed.
 """
 
 from __future__ import annotations
 
-import io
+import sys
+from collections.abc import Mapping
 from pathlib import Path
-from xml.etree.ElementTree import Element, tostring
-
-from junitparser import Error, JUnitXml, Properties, TestCase, TestSuite
+from typing import TYPE_CHECKING
+from xml.etree.ElementTree import Element, SubElement, tostring
 
 from matrix.envelope import RunInfo, envelope
 from matrix.errors import MatrixError
 from matrix.files import write_file
 from matrix.plan import CellPlan
-from matrix.report.reading import UnreadableError, parse, properties
+
+if TYPE_CHECKING:
+    from junitparser import TestCase, TestSuite
+
+# The case a cell gets where its run left none of its own: the report reads a cell holding only this as crashed.
+NO_RESULTS = "no_results"
+_OUTCOMES = ("error", "failure", "skipped")
 
 
 def case_properties(case: TestCase) -> dict[str, str]:
+    """A junitparser case's properties (the kit's tests read the files so)."""
+    from junitparser import Properties
+
     props = case.child(Properties)
     return {p.name: p.value for p in props} if props is not None else {}
 
@@ -30,8 +42,37 @@ def suite_properties(suite: TestSuite) -> dict[str, str]:
     return {p.name: p.value for p in suite.properties()}
 
 
+def properties(elem: Element) -> dict[str, str]:
+    """The ``<properties>`` of a suite or case, by name: the kit's one reader of them (the report's too)."""
+    # Interned: the same few names and values repeat across hundreds of thousands of cases.
+    props = {}
+    for container in elem.findall("properties"):
+        for prop in container.findall("property"):
+            value = prop.get("value", prop.text or "")
+            props[sys.intern(prop.get("name", ""))] = sys.intern(value) if len(value) < 64 else value
+    return props
+
+
+def kit_case(
+    classname: str, name: str, outcome: str, message: str, kind: str, props: Mapping[str, str] | None = None
+) -> Element:
+    """A case the kit writes itself: ``outcome`` (error, failure or skipped) with its message and type."""
+    if outcome not in _OUTCOMES:
+        raise ValueError(f"a case's outcome is one of {_OUTCOMES}, not {outcome!r}")
+    case = Element("testcase", classname=classname, name=name, time="0")
+    if props:
+        container = SubElement(case, "properties")
+        for key, value in props.items():
+            SubElement(container, "property", name=key, value=value)
+    SubElement(case, outcome, message=message, type=kind)
+    return case
+
+
 def read_cases(path: Path) -> list[Element]:
     """Every ``<testcase>`` of pytest's file, parsed safely like any runner's (matrix.report.reading)."""
+    # Here: the safe parser is the report extra's, and a runner's bare Python writes misrouted cells.
+    from matrix.report.reading import UnreadableError, parse
+
     try:
         root = parse(path)
     except UnreadableError as exc:
@@ -42,23 +83,34 @@ def read_cases(path: Path) -> list[Element]:
     return list(root.iter("testcase"))
 
 
-def cell_suite(plan: CellPlan, cases: list[Element], run: RunInfo, no_results: str) -> TestSuite:
-    suite = TestSuite(plan.cell.id)
-    suite.timestamp = run.started_at
-    suite.hostname = run.runner_name
+def cell_suite(plan: CellPlan, cases: list[Element], run: RunInfo, no_results: str) -> Element:
+    """The cell's suite: its envelope, and its cases (those of no cell belong to every cell), or one saying why none."""
+    suite = Element("testsuite", name=plan.cell.id, timestamp=run.started_at, hostname=run.runner_name)
+    container = SubElement(suite, "properties")
     for name, value in envelope(plan, run).to_properties().items():
-        suite.add_property(name, value)
+        SubElement(container, "property", name=name, value=value)
     mine = [c for c in cases if properties(c).get("cell") in (plan.cell.id, None)]
-    for case in mine:
-        # Through text, not the element: junitparser may build its tree with lxml, the safe parser with ElementTree.
-        suite.add_testcase(TestCase.fromstring(tostring(case, encoding="unicode")))
-    if not mine:
-        # A cell with no test case must still say why, never vanish.
-        missing = TestCase("no_results", classname="matrix.session")
-        missing.result = [Error(no_results, "NoResults")]
-        suite.add_testcase(missing)
-    suite.update_statistics()
+    # A cell with no test case must still say why, never vanish.
+    suite.extend(mine or [kit_case("matrix.session", NO_RESULTS, "error", no_results, "NoResults")])
+    suite.set("tests", str(len(suite.findall("testcase"))))
+    for outcome, counted in (("error", "errors"), ("failure", "failures"), ("skipped", "skipped")):
+        suite.set(counted, str(sum(len(case.findall(outcome)) for case in suite.iter("testcase"))))
+    suite.set("time", f"{sum(_seconds(case) for case in suite.iter('testcase')):.3f}")
     return suite
+
+
+def _seconds(case: Element) -> float:
+    try:
+        return float(case.get("time") or 0)
+    except ValueError:
+        return 0.0
+
+
+def cell_file(plan: CellPlan, cases: list[Element], run: RunInfo, no_results: str) -> bytes:
+    """The bytes of ``<cell>.xml``: one ``<testsuites>`` holding the cell's suite."""
+    root = Element("testsuites", name=plan.cell.id)
+    root.append(cell_suite(plan, cases, run, no_results))
+    return tostring(root, encoding="utf-8", xml_declaration=True)
 
 
 def write_cell_results(
@@ -74,10 +126,6 @@ def write_cells(plans: list[CellPlan], cases: list[Element], run: RunInfo, out: 
     env = run.env.to_json().encode()
     written = []
     for plan in plans:
-        xml = JUnitXml(plan.cell.id)
-        xml.add_testsuite(cell_suite(plan, cases, run, no_results))
-        text = io.BytesIO()
-        xml.write(text, pretty=True)
-        written.append(write_file(out, f"{plan.cell.id}.xml", text.getvalue()))
+        written.append(write_file(out, f"{plan.cell.id}.xml", cell_file(plan, cases, run, no_results)))
         write_file(out, f"{plan.cell.id}.env.json", env)
     return written

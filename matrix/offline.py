@@ -19,12 +19,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from xml.etree.ElementTree import Element, SubElement, tostring
+from xml.etree.ElementTree import Element, tostring
 
 from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input, write_file
 from matrix.groups import GROUP_TESTS
 from matrix.host.record import EnvironmentRecord
+from matrix.junit import kit_case
 from matrix.plan import CellPlan
 from matrix.records import read_record
 
@@ -108,12 +109,8 @@ def load_run(path: Path) -> OfflineRun:
 
 def not_run_case(plan: CellPlan, reason: str) -> Element:
     """One skipped case that says why the rest of a cell's cases in a group did not run."""
-    case = Element("testcase", classname="matrix.offline", name="cases_not_run", time="0")
-    props = SubElement(case, "properties")
-    SubElement(props, "property", name="cell", value=plan.cell.id)
-    SubElement(props, "property", name="execution", value=plan.execution.value)
-    SubElement(case, "skipped", type="pytest.skip", message=reason)
-    return case
+    props = {"cell": plan.cell.id, "execution": plan.execution.value}
+    return kit_case("matrix.offline", "cases_not_run", "skipped", reason, "pytest.skip", props)
 
 
 def group_junit(folder: Path, run: GroupRun, plans: list[CellPlan], deadline_s: float, into: Path) -> Path | None:

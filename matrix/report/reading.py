@@ -27,6 +27,7 @@ from defusedxml import DefusedXmlException
 from matrix.envelope import Envelope
 from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input
+from matrix.junit import properties
 from matrix.report.claims import Claims, Suspect
 
 MESSAGE_LIMIT = 2000
@@ -213,17 +214,6 @@ def outcome(case: Element) -> tuple[str, str]:
 def _message(result: Element) -> str:
     text = " ".join(part for part in (result.get("message"), result.text) if part)
     return text.strip()[:MESSAGE_LIMIT]
-
-
-def properties(elem: Element) -> dict[str, str]:
-    """The ``<properties>`` of a suite or case, by name."""
-    # Interned: the same few names and values repeat across hundreds of thousands of cases.
-    props = {}
-    for container in elem.findall("properties"):
-        for prop in container.findall("property"):
-            value = prop.get("value", prop.text or "")
-            props[sys.intern(prop.get("name", ""))] = sys.intern(value) if len(value) < 64 else value
-    return props
 
 
 def read_file(path: str, into: Inputs) -> None:

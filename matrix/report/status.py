@@ -18,6 +18,7 @@ from packaging.version import Version
 from matrix.cells import CELLS, Cell, Runner
 from matrix.envelope import Envelope
 from matrix.expectations import Expected, Rule, expected_values, release_version
+from matrix.junit import NO_RESULTS
 from matrix.plan import Execution
 from matrix.report.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, Attempt, CellGroup, Inputs, ReadCase
 from matrix.variables import GATE_PIN_VALUES
@@ -353,7 +354,7 @@ def _cell_report(
     )
     if newest.execution is Execution.MISROUTED:
         report.status, report.reason = Status.MISROUTED, newest.execution_reason
-    elif cases and all(c.name == "no_results" for c in cases):
+    elif cases and all(c.name == NO_RESULTS for c in cases):
         record = nox.get(cell.id)
         report.status = Status.CRASHED
         report.reason = (
