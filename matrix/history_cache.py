@@ -45,6 +45,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from matrix.errors import MatrixError
+from matrix.junit import properties
 from matrix.progress import progress
 
 # The packages of the kit's own code; an import of anything else (vLLM, torch, pytest) is the venv's, in the key
@@ -347,9 +348,7 @@ Case = tuple[str, str, tuple[tuple[str, str], ...]]  # (classname::name, outcome
 
 
 def _properties(element: ElementTree.Element, volatile: frozenset[str]) -> tuple[tuple[str, str], ...]:
-    found = element.find("properties")
-    items = [] if found is None else found.findall("property")
-    return tuple(sorted((p.get("name", ""), p.get("value", "")) for p in items if p.get("name") not in volatile))
+    return tuple(sorted((name, value) for name, value in properties(element).items() if name not in volatile))
 
 
 def _outcome(case: ElementTree.Element) -> str:

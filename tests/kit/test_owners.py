@@ -6,6 +6,7 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 from matrix import variables
@@ -37,3 +38,34 @@ def test_every_vllm_variable_the_kit_names_is_in_the_registry_and_named_nowhere_
     assert not elsewhere, "a vLLM variable named outside matrix/variables.py: add it there and import it"
     registered = {value.name for value in vars(variables).values() if isinstance(value, variables.Variable)}
     assert {"VLLM_CACHE_ROOT", "VLLM_NO_USAGE_STATS", "VLLM_HOST_IP", "WSLPIN_PRESENT_HOST"} <= registered
+
+
+def names_in(path: Path) -> set[str]:
+    """Every identifier a module uses (variables, attributes, imported names) and every string it holds, apart."""
+    names, strings = set(), set()
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.alias):
+            names.add(node.name)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            strings.add(f"'{node.value}'")
+    return names | strings
+
+
+# What marks a module that reads a record's raw form (a name, or a quoted string: the XML element's tag), and the
+# modules that may: the record's own, and its writer.
+RECORD_READERS = {
+    "the plan (plan.json)": ("PLAN_SCHEMA", {"matrix/plan.py"}),
+    "the environment record (env.json)": ("ENV_SCHEMA", {"matrix/host/classify.py", "matrix/host/record.py"}),
+    "JUnit properties (a cell file's envelope, a case's facts)": ("'property'", {"matrix/junit.py"}),
+}
+
+
+@pytest.mark.parametrize("record", RECORD_READERS)
+def test_each_records_raw_form_is_read_in_its_own_module_only(record):
+    mark, owners = RECORD_READERS[record]
+    readers = {str(path.relative_to(ROOT)) for path in kit_sources() if mark in names_in(path)}
+    assert readers == owners, f"{record}: read through {sorted(owners)}, not parsed again in {sorted(readers - owners)}"
