@@ -119,6 +119,13 @@ def check(request: ConfigRequest, cache_root: str) -> dict[str, dict]:
         import vllm.platforms  # noqa: F401 - what the gate imports; its import test judges a failure here
     except BaseException:  # noqa: BLE001
         return {run.cell.id: {"import_error": traceback.format_exc()} for run in request.runs}
+    with _first_inspection(Path(cache_root)):
+        return _built(request, base)
+
+
+def _built(request: ConfigRequest, base: dict[str, str]) -> dict[str, dict]:
+    """Per cell its engine's environment and vLLM's engine config, once vLLM has been imported."""
+    first = request.runs[0]
     answers = {}
     for run in request.runs:
         built = {pin: _config(dataclasses.replace(run, pin_env=pin), base, request.model) for pin in GATE_PIN_VALUES}
@@ -224,18 +231,21 @@ def _tokenizer(model: str) -> dict:
 
 @contextlib.contextmanager
 def _first_inspection(root: Path) -> Iterator[None]:
-    """Until vLLM has cached a model's architecture under the kept ``root``, one evaluation at a time.
+    """Until one check has come to its end under the vLLM cache ``root``, one check at a time.
 
-    Evaluations that start together (in the test session's workers and the sessions they start) would each
-    find the cache empty and each inspect: three ~20 s interpreters at once on a 2-core machine, where one
-    would do. The others wait for the first, then read its entry; once the cache exists, none waits.
+    vLLM inspects each model architecture in an interpreter of its own (~5 s of CPU) and caches what it found
+    under its cache root. Children that start together (an evaluation's, and the test sessions' around it) would
+    each find the cache empty and each inspect; instead the others import vLLM meanwhile, then wait for the first
+    and read its entries. Once one check has ended, none waits.
     """
-    if (root / "modelinfos").is_dir():
+    inspected = root / ".inspected"
+    if inspected.exists():
         yield
         return
     with (root / ".inspecting").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+        inspected.touch()
 
 
 def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) -> dict[Cell, Outcome]:
@@ -243,11 +253,12 @@ def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) ->
 
     The children share one vLLM cache root, made for this call where no answers are kept. vLLM inspects the
     model's architecture in an interpreter of its own, which neither the presented host nor the stand-in GPU
-    reaches, so its answer is every cell's; cached, it costs one ~20 s interpreter start per call instead of
-    one per child. Where the kit's tests keep answers (``repro.answers``), each cell's is kept on its own,
-    since one test asks for other cells together than the next: a child starts only for the cells none has
-    asked yet; and the cache root is kept with them, as a user's is kept between runs (vLLM keys its entry by
-    the model module's hash and writes it whole), so the architecture is inspected once per test session.
+    reaches, so its answer is every cell's: the first child inspects while the others import vLLM, then they
+    read its entries (``_first_inspection``). Where the kit's tests keep answers (``repro.answers``), each
+    cell's is kept on its own, since one test asks for other cells together than the next: a child starts only
+    for the cells none has asked yet; and the cache root is kept with them, as a user's is kept between runs
+    (vLLM keys its entry by the model module's hash and writes it whole), so the architecture is inspected once
+    per test session.
     """
     # The tokenizer's answer is read from the model's files, the default runners from both models'.
     models = "".join(
@@ -272,8 +283,6 @@ def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) ->
         preload(len(asked), all(request.stub_gpu for request in asked))
         with contextlib.ExitStack() as stack:
             kept_root = kept_directory("vllm-cache-root")
-            if kept_root is not None:
-                stack.enter_context(_first_inspection(kept_root))
             cache = str(kept_root or stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-config-")))
             outcomes = run_isolated(functools.partial(check, cache_root=cache), asked, timeout=timeout)
         for request, outcome in zip(asked, outcomes, strict=True):
