@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import fnmatch
 import gc
 import math
 from dataclasses import dataclass, field
@@ -268,12 +267,11 @@ def release_changes(versions: dict[str, list[CellReport]], rules: list[Rule]) ->
             now = f"{new.status.value}: {new.summary}" if new.summary else new.status.value
             if was == now or Status.MISSING in (old.status, new.status):
                 continue
+            # The rules newly in force, the general ones first (the file lists the exceptions first).
             why = tuple(
                 f"{r.id}: {r.note}" + (f" ({r.issue})" if r.issue else "")
-                for r in rules
-                if any(fnmatch.fnmatchcase(new.cell.id, pattern) for pattern in r.cells)
-                and r.covers(after_version)
-                and not r.covers(before_version)
+                for r in reversed(rules)
+                if r.selector.holds_for(new.cell, after_version) and not r.selector.covers(before_version)
             )
             changes.append(ReleaseChange(new.cell.id, after, was, now, why))
     return changes
