@@ -61,10 +61,7 @@ def plan_job(where: Path, online: str = "") -> tuple[subprocess.CompletedProcess
     """The plan job's script in the kit's checkout, with the repository variable ``online``; its outputs."""
     where.mkdir(parents=True, exist_ok=True)
     github_output = where / "github-output"
-    try:
-        done = bash(step("plan", "plan")["run"], ROOT, CELLS="", RUNNER_KINDS=online, GITHUB_OUTPUT=str(github_output))
-    finally:
-        (ROOT / "nox-sessions.json").unlink(missing_ok=True)  # the script's own file, in the checkout
+    done = bash(step("plan", "plan")["run"], ROOT, CELLS="", RUNNER_KINDS=online, GITHUB_OUTPUT=str(github_output))
     lines = github_output.read_text().splitlines() if github_output.exists() else []
     return done, dict(line.split("=", 1) for line in lines)
 
