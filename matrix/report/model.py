@@ -184,16 +184,16 @@ class Report:
             cell_id = cell.cell.id
             for case in cell.cases:
                 if case.rule and case.status in (Status.REGRESSION, Status.FIXED):
-                    p = case.properties
+                    facts = case.facts
                     found.append(
                         Contradiction(
                             cell.vllm,
                             cell_id,
                             case.rule,
-                            p.get("gate_key", ""),
-                            p.get("pin_env", ""),
+                            facts.gate_key or "",
+                            facts.pin_env or "",
                             case.expected or "",
-                            p.get("observed", ""),
+                            facts.observed or "",
                             case.status.value,
                         )
                     )
