@@ -22,6 +22,7 @@ from matrix.cells import Cell, select
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.host import facts
+from matrix.host.here import detected_plan
 from matrix.host.record import EnvironmentRecord
 from matrix.plan import Execution, Plan, load_plan
 from matrix.releases import VLLM_VERSION
@@ -82,7 +83,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.env:
         plan = Plan.from_record(cells, _env_record(Path(args.env)), require_native)
     else:
-        plan = Plan.detected(cells, require_native)
+        plan = detected_plan(cells, require_native)
     if args.out:
         plan.write(Path(args.out))
     if args.format == "json":

@@ -21,7 +21,8 @@ from matrix.errors import MatrixError
 from matrix.expectations import CONFIG_KEYS, GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.host import classify, facts
 from matrix.host.edges import KERNEL_EDGES
-from matrix.plan import CellPlan, Plan, load_plan
+from matrix.host.here import detected_plan
+from matrix.plan import CellPlan, load_plan
 from matrix.variables import GATE_PIN_VALUES
 from repro import engine_config, gate, offload
 from repro.isolation import DEADLINE_CUT, NOT_STARTED
@@ -55,7 +56,7 @@ def _plans(config: pytest.Config) -> dict[Cell, CellPlan]:
     if PLANS not in config.stash:
         pattern, path = config.getoption("--cells"), config.getoption("--plan")
         try:
-            plan = load_plan(Path(path)) if path else Plan.detected(select(pattern))
+            plan = load_plan(Path(path)) if path else detected_plan(select(pattern))
             config.stash[PLANS] = {p.cell: p for p in plan.select(pattern)}
         except MatrixError as exc:
             raise pytest.UsageError(str(exc)) from None
