@@ -315,7 +315,7 @@ def _run_in_image(session: nox.Session, pattern: str, group: str, image: str, py
     [
         nox.param(
             *(str(v) for v in (c.stack, c.host, c.runner, c.mode)),
-            id=f"{c.stack}, {c.host}, {c.runner}, {c.mode}",
+            id=c.session_params,
             tags=["cell", str(c.stack), str(c.host), str(c.runner), str(c.mode)],
         )
         for c in CELLS
