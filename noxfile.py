@@ -33,9 +33,10 @@ from matrix import history_cache, vllm_source  # noqa: E402
 from matrix.cells import CELLS, Host, select  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
 from matrix.groups import GROUP_TESTS  # noqa: E402
+from matrix.host.here import detected_plan  # noqa: E402
 from matrix.host.record import EnvironmentRecord  # noqa: E402
 from matrix.layout import UNKNOWN_RELEASE, run_dir  # noqa: E402
-from matrix.plan import Plan, cell_pytest_args  # noqa: E402
+from matrix.plan import cell_pytest_args  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 from matrix.report.bench import TEST_SERVER  # noqa: E402
 from matrix.variables import CACHE_ROOT, HOST_IP, NO_USAGE_STATS  # noqa: E402
@@ -203,7 +204,7 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
         _run_in_image(session, pattern, group, args.image, (*tests, *pytest_args))
         return
     # Only what to install: the session's plan is made after it, from the environment record (_test_cells).
-    _install_chosen(session, args.vllm, full=Plan.detected(cells).uses_gpu)
+    _install_chosen(session, args.vllm, full=detected_plan(cells).uses_gpu)
     tmp = Path(session.create_tmp())
     record = _record_environment(session, "python", tmp)
     if record is None:
@@ -314,7 +315,7 @@ def _run_in_image(session: nox.Session, pattern: str, group: str, image: str, py
     [
         nox.param(
             *(str(v) for v in (c.stack, c.host, c.runner, c.mode)),
-            id=f"{c.stack}, {c.host}, {c.runner}, {c.mode}",
+            id=c.session_params,
             tags=["cell", str(c.stack), str(c.host), str(c.runner), str(c.mode)],
         )
         for c in CELLS
@@ -428,7 +429,7 @@ def _history(session: nox.Session, *, record: bool) -> None:
             lock=(ROOT / GATE_LOCK).read_text(),
             torch=GATE_TORCH,
             python=platform.python_version(),
-            executions=[(p.cell.id, p.execution.value) for p in Plan.detected(CELLS).cells],
+            executions=[(p.cell.id, p.execution.value) for p in detected_plan(CELLS).cells],
             recipe=recipe + repr(GROUP_TESTS["gate"]),
             files=files,
             commands=HISTORY_COMMANDS,
@@ -526,7 +527,7 @@ def bench(session: nox.Session) -> None:
         session.install("-e", ".[bench]")
     else:
         try:
-            (plan,) = Plan.detected(select(bench_args.cell)).cells
+            (plan,) = detected_plan(select(bench_args.cell)).cells
             # Checked before installing vLLM's full stack (GBs) for nothing.
             plan.require_gpu("serve vLLM", "add `-- --server fake` to run the benchmark against the kit's test server")
         except MatrixError as exc:

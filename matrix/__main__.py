@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import gc
 import glob
 import json
 import shutil
@@ -23,6 +22,7 @@ from matrix.cells import Cell, select
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.host import facts
+from matrix.host.here import detected_plan
 from matrix.host.record import EnvironmentRecord
 from matrix.plan import Execution, Plan, load_plan
 from matrix.releases import VLLM_VERSION
@@ -65,34 +65,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return cli.main(args.args, prog="python -m matrix doctor")
 
 
-def _nox_listing(path: str) -> list[dict]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MatrixError(f"--nox-json {path!r} is not the JSON of `nox -l --json`: {exc}") from None
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from matrix.ci import pipeline
 
     if args.format in ("github", "runners"):
-        cells = select(_cells_arg(args))
-        if args.nox_json:
-            listed = set(pipeline.cells_from_nox(_nox_listing(args.nox_json)))
-            cells = [cell for cell in cells if cell in listed]
         jobs = pipeline.github_matrix if args.format == "github" else pipeline.runner_claims
-        print(jobs(cells, args.online or ""))
+        print(jobs(select(_cells_arg(args)), args.online or ""))
         return 0
     if args.online is not None:
         raise MatrixError("--online plans runner jobs: give it with --format github or --format runners")
+    if args.format == "sessions":
+        print("\n".join(cell.session for cell in select(_cells_arg(args))))
+        return 0
     cells, require_native = select(_cells_arg(args)), args.require == "native"
     if args.misrouted_out and not require_native:
         raise MatrixError("--misrouted-out writes the cells --require native refuses: give both")
     if args.env:
         plan = Plan.from_record(cells, _env_record(Path(args.env)), require_native)
     else:
-        plan = Plan.detected(cells, require_native)
+        plan = detected_plan(cells, require_native)
     if args.out:
         plan.write(Path(args.out))
     if args.format == "json":
@@ -176,69 +167,18 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from matrix.report import render_text
-    from matrix.report.claims import load_claims
-    from matrix.report.json_input import NOX_REPORT, PREVIOUS, JsonKind, read_json_input
-    from matrix.report.model import build_report
-    from matrix.report.outputs import report_outputs, write_outputs
-    from matrix.report.reading import InputError
+    from matrix.report.write import write_report
 
-    def load(path: str | None, kind: JsonKind) -> dict | None:
-        return None if path is None else read_json_input(Path(path), kind)
-
-    try:
-        report = build_report(
-            args.inputs,
-            kit_commit=facts.kit_commit(),
-            previous=load(args.previous, PREVIOUS),
-            nox_reports=[load(path, NOX_REPORT) or {} for path in _nox_reports(args.nox_report or [])],
-            max_age_days=args.max_age_days,
-            probes=args.probes,
-            benches=args.bench,
-            claims=load_claims(args.runners, args.inputs) if args.runners else None,
-        )
-    except InputError as exc:
-        raise MatrixError(str(exc)) from None
-    # The report's records live until this process ends: frozen (after a collection, so no garbage
-    # is frozen with them), the full collections while its outputs are written skip them instead of
-    # rescanning them all each time, which made writing grow faster than the input. Here, not in
-    # build_report: freezing is a decision about the whole process.
-    gc.collect()
-    gc.freeze()
-    out = Path(args.out)
-    outputs = report_outputs(report)
-    write_outputs(out, outputs)
-    print(render_text.render(report, colour=sys.stdout.isatty()))
-    inputs = report.inputs
-    print(
-        f"read {len(inputs.files)} file(s), {inputs.testcases_read} test case(s); "
-        f"unattributed {len(inputs.unattributed)}, unreadable {len(inputs.unreadable)}"
+    return write_report(
+        args.inputs,
+        Path(args.out),
+        previous=args.previous,
+        nox_reports=_nox_reports(args.nox_report or []),
+        runners=args.runners,
+        max_age_days=args.max_age_days,
+        probes=args.probes,
+        benches=args.bench,
     )
-    print(visible("wrote " + ", ".join(f"{out}/{name}" for name in outputs)))
-    bad = report.bad_cells
-    if bad:
-        names = ", ".join(f"{c.cell.id} ({c.status.value}, vLLM {visible(c.vllm)})" for c in bad[:10])
-        print(f"error: {len(bad)} cell(s) regressed, crashed, misrouted or missing: {names}", file=sys.stderr)
-    suspect = inputs.suspect
-    if suspect:
-        names = ", ".join(f"{visible(s.path)} ({s.execution} {s.cell})" for s in suspect[:10])
-        print(
-            f"error: {len(suspect)} result(s) claim a run their runner may not speak for, or their envelope "
-            f"contradicts: {names}",
-            file=sys.stderr,
-        )
-    unplaced = [p for p in inputs.unattributed if p.failed]
-    if unplaced:
-        failed = sum(p.failed for p in unplaced)
-        first = next(f for p in unplaced for f in p.failures)
-        print(
-            visible(
-                f"error: {failed} failing test case(s) in no cell, in {len(unplaced)} file(s) (the report's inputs "
-                f"section names them): {unplaced[0].path}: {first}"
-            ),
-            file=sys.stderr,
-        )
-    return 1 if bad or suspect or unplaced else 0
 
 
 def _nox_reports(items: list[str]) -> list[str]:
@@ -275,6 +215,7 @@ def cmd_page(args: argparse.Namespace) -> int:
 
 def cmd_import_run(args: argparse.Namespace) -> int:
     from matrix.offline import import_run
+    from matrix.report.write import write_report
     from matrix.summary import render, summarize
 
     imported = import_run(Path(args.folder), Path(args.results))
@@ -286,17 +227,8 @@ def cmd_import_run(args: argparse.Namespace) -> int:
         # The report reads every *.json of its probe directory as a probe record: give it only this one.
         if imported.probe is not None:
             shutil.copy(imported.probe, probes)
-        report = argparse.Namespace(
-            inputs=[str(out) for out in imported.directories.values()],
-            out=args.report,
-            previous=None,
-            nox_report=None,
-            runners=None,
-            max_age_days=None,
-            bench=None,
-            probes=probes,
-        )
-        return cmd_report(report)
+        inputs = [str(out) for out in imported.directories.values()]
+        return write_report(inputs, Path(args.report), probes=probes)
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -339,12 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--require", choices=["native"], help="fail (exit 3) for any cell this host is not")
     plan.add_argument(
         "--format",
-        choices=["text", "json", "github", "runners"],
+        choices=["text", "json", "github", "runners", "sessions"],
         default="text",
         help="github: the job matrix (per runner kind) a workflow feeds to fromJson; runners: those jobs and the "
-        "kinds not planned, for the report's --runners",
+        "kinds not planned, for the report's --runners; sessions: each cell's nox session, one a line",
     )
-    plan.add_argument("--nox-json", help="with --format github: `nox -l --json` output (a file, or - for stdin)")
     plan.add_argument(
         "--online",
         metavar="KINDS",

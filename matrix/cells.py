@@ -141,9 +141,14 @@ class Cell:
         return f"{self.stack}-{self.host}-{self.runner}-{self.mode}"
 
     @property
+    def session_params(self) -> str:
+        """The parameters of the nox session that runs this cell, as the noxfile names them (its ``id``)."""
+        return f"{self.stack}, {self.host}, {self.runner}, {self.mode}"
+
+    @property
     def session(self) -> str:
         """The nox session id that runs this cell."""
-        return f"cell({self.stack}, {self.host}, {self.runner}, {self.mode})"
+        return f"cell({self.session_params})"
 
     def __str__(self) -> str:
         return self.id

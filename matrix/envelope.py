@@ -40,7 +40,7 @@ _TEXT_AFTER_WSL = (
     "env_schema",
 )
 _IMAGE = ("image", "image_digest")
-# Written only for a vLLM not installed from an index, so a release's envelope is the same as before.
+# Written only where vLLM came from a wheel file or a checkout: an envelope states no field a run lacks.
 _SOURCE = "vllm_source"
 _KNOWN = frozenset(
     ("envelope_schema", "cell_id", *_AXES, "execution", *_TEXT, "torch_mismatch", *_TEXT_AFTER_MISMATCH, "wsl")

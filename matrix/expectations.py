@@ -1,24 +1,21 @@
 """What each cell should do: rules from ``expectations.toml``, resolved per cell.
 
 A rule names cells (globs), a vLLM version range (PEP 440), optionally one
-``pin_env`` value, and expected gate values. For each value the last matching
-rule in the file wins, so general rules come first and exceptions after them.
+``pin_env`` value, and expected gate values. For each value the first matching
+rule in the file wins (matrix.rules), so exceptions come first and general rules after them.
 A rule with ``issue`` is a known failure: its values say what vLLM *should*
 decide, and the test is expected to fail until that issue is fixed.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from matrix.cells import CELLS, Cell, ModelClass
-from matrix.errors import MatrixError
+from matrix.cells import Cell, ModelClass
+from matrix.rules import Selector, Table, load_tables
 from matrix.variables import GATE_PIN_VALUES
 
 EXPECTATIONS_FILE = Path(__file__).with_name("expectations.toml")
@@ -62,23 +59,14 @@ REPRO_KEYS = {
 @dataclass(frozen=True)
 class Rule:
     id: str
-    cells: tuple[str, ...]
-    vllm: SpecifierSet
+    selector: Selector
     pin_env: str | None
     expect: dict[str, object]
     issue: str | None = None
     note: str = ""
 
-    def covers(self, version: Version | None) -> bool:
-        """Whether the rule's range holds ``version``: a release packaging cannot order is in no rule's range."""
-        return version is not None and self.vllm.contains(version, prereleases=True)
-
     def matches(self, cell: Cell, version: Version | None, pin_env: str) -> bool:
-        return (
-            any(fnmatch.fnmatchcase(cell.id, pattern) for pattern in self.cells)
-            and self.covers(version)
-            and self.pin_env in (None, pin_env)
-        )
+        return self.selector.holds_for(cell, version) and self.pin_env in (None, pin_env)
 
 
 @dataclass(frozen=True)
@@ -91,46 +79,27 @@ class Expected:
         return self.rule.issue
 
 
-def _rule_from_table(index: int, table: dict) -> Rule:
-    where = f"rule {table.get('id', index + 1)!r}"
-    unknown = set(table) - {"id", "cells", "vllm", "pin_env", "expect", "issue", "note"}
-    if unknown:
-        raise MatrixError(f"{where} in expectations.toml: unknown field(s) {sorted(unknown)}")
-    cells = table.get("cells")
-    cells = (cells,) if isinstance(cells, str) else tuple(cells or ())
-    if not cells or not all(any(fnmatch.fnmatchcase(c.id, p) for c in CELLS) for p in cells):
-        raise MatrixError(f"{where} in expectations.toml: cells {list(cells)} match no cell")
-    try:
-        spec = SpecifierSet(table.get("vllm", ""))
-    except InvalidSpecifier:
-        raise MatrixError(f"{where} in expectations.toml: bad vllm range {table['vllm']!r}") from None
-    pin_env = table.get("pin_env")
+def _rule(index: int, table: Table) -> Rule:
+    pin_env = table.fields.get("pin_env")
     if pin_env not in (None, *GATE_PIN_VALUES):
-        raise MatrixError(f"{where} in expectations.toml: pin_env must be one of {GATE_PIN_VALUES}")
-    expect = dict(table.get("expect", {}))
+        raise table.error(f"pin_env must be one of {GATE_PIN_VALUES}")
+    expect = dict(table.fields.get("expect", {}))
     bad = set(expect) - set(GATE_KEYS) - set(REPRO_KEYS) - set(CONFIG_KEYS)
     if bad or not expect:
-        raise MatrixError(
-            f"{where} in expectations.toml: expect needs keys from {sorted(GATE_KEYS | REPRO_KEYS | CONFIG_KEYS)}, "
-            f"got {sorted(expect)}"
-        )
+        known = sorted(GATE_KEYS | REPRO_KEYS | CONFIG_KEYS)
+        raise table.error(f"expect needs keys from {known}, got {sorted(expect)}")
     return Rule(
-        id=str(table.get("id", index + 1)),
-        cells=cells,
-        vllm=spec,
+        id=str(table.fields.get("id", index + 1)),
+        selector=table.selector(),
         pin_env=pin_env,
         expect=expect,
-        issue=table.get("issue"),
-        note=table.get("note", ""),
+        issue=table.fields.get("issue"),
+        note=table.fields.get("note", ""),
     )
 
 
 def load_rules(path: Path = EXPECTATIONS_FILE) -> list[Rule]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise MatrixError(f"{path} is not valid TOML: {exc}") from None
-    return [_rule_from_table(i, t) for i, t in enumerate(data.get("rule", []))]
+    return [_rule(i, table) for i, table in enumerate(load_tables(path, ("pin_env", "expect", "issue", "note")))]
 
 
 def release_version(text: str) -> Version | None:
@@ -142,10 +111,11 @@ def release_version(text: str) -> Version | None:
 
 
 def expected_values(rules: list[Rule], cell: Cell, vllm_version: str, pin_env: str) -> dict[str, Expected]:
+    """Per value, what the first rule that matches says (matrix.rules: exceptions first)."""
     version = release_version(vllm_version)
     resolved: dict[str, Expected] = {}
     for rule in rules:
         if rule.matches(cell, version, pin_env):
             for key, value in rule.expect.items():
-                resolved[key] = Expected(value, rule)
+                resolved.setdefault(key, Expected(value, rule))
     return resolved

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.etree.ElementTree import Element, SubElement, tostring
 
+from matrix.case_facts import CaseFacts
 from matrix.envelope import RunInfo, envelope
 from matrix.errors import MatrixError
 from matrix.files import write_file
@@ -89,7 +90,7 @@ def cell_suite(plan: CellPlan, cases: list[Element], run: RunInfo, no_results: s
     container = SubElement(suite, "properties")
     for name, value in envelope(plan, run).to_properties().items():
         SubElement(container, "property", name=name, value=value)
-    mine = [c for c in cases if properties(c).get("cell") in (plan.cell.id, None)]
+    mine = [c for c in cases if CaseFacts.from_properties(properties(c)).cell in (plan.cell.id, None)]
     # A cell with no test case must still say why, never vanish.
     suite.extend(mine or [kit_case("matrix.session", NO_RESULTS, "error", no_results, "NoResults")])
     suite.set("tests", str(len(suite.findall("testcase"))))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree.ElementTree import Element, tostring
 
+from matrix.case_facts import CaseFacts
 from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input, write_file
 from matrix.groups import GROUP_TESTS
@@ -109,7 +110,7 @@ def load_run(path: Path) -> OfflineRun:
 
 def not_run_case(plan: CellPlan, reason: str) -> Element:
     """One skipped case that says why the rest of a cell's cases in a group did not run."""
-    props = {"cell": plan.cell.id, "execution": plan.execution.value}
+    props = CaseFacts(cell=plan.cell.id, execution=plan.execution.value).to_properties()
     return kit_case("matrix.offline", "cases_not_run", "skipped", reason, "pytest.skip", props)
 
 

@@ -3,8 +3,7 @@
 A session decides that once and writes it as ``plan.json`` beside ``env.json``
 (``python -m matrix plan --env env.json --out plan.json``); pytest, the split and the
 container runner read that file, so every case and every suite of a run carry the same
-execution. Detection reads live facts (nvidia-smi with a timeout, whichever torch the
-interpreter sees), which two readings of the same machine need not agree on.
+execution. Deciding is pure; reading the machine is matrix.host.here's.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from typing import Any
 
 from matrix.cells import Cell, Host, StrEnum, select
 from matrix.errors import MatrixError
-from matrix.host.classify import DetectedHost, detect
-from matrix.host.facts import collect_facts
+from matrix.host.classify import DetectedHost
 from matrix.host.record import EnvironmentRecord
 from matrix.questions import Level
 from matrix.records import read_record
@@ -126,11 +124,6 @@ class Plan:
     def from_record(cls, cells: Iterable[Cell], record: EnvironmentRecord, require_native: bool = False) -> Plan:
         """The plan for the machine an environment record (``python -m matrix env``) describes."""
         return cls.for_host(cells, record.detected, record.env_hash, require_native)
-
-    @classmethod
-    def detected(cls, cells: Iterable[Cell], require_native: bool = False) -> Plan:
-        """The plan for this machine as detected now: for a command run by hand, without a session's plan.json."""
-        return cls.for_host(cells, detect(collect_facts()), require_native=require_native)
 
     @property
     def uses_gpu(self) -> bool:

@@ -11,18 +11,16 @@ from __future__ import annotations
 import dataclasses
 import enum
 import fnmatch
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from matrix.cells import Cell, Host, Mode, Runner
-from matrix.errors import MatrixError
+from matrix.cells import Cell, Host
 from matrix.expectations import CONFIG_KEYS, GATE_KEYS, REPRO_KEYS, release_version
 from matrix.questions import Level, Question, Verdict
+from matrix.rules import Selector, Table, load_tables
 from matrix.variables import GATE_PIN_VALUES, OPT_IN, UNSET
 
 VERDICTS_FILE = Path(__file__).with_name("verdicts.toml")
@@ -66,22 +64,15 @@ class OutcomeRule:
     outcome: Outcome
     why: str
     basis: str
-    cells: str = "*"  # a glob over cell ids
-    runner: Runner | None = None
-    mode: Mode | None = None
-    vllm: SpecifierSet | None = None
+    selector: Selector = Selector()
     issue: str | None = None
     workaround: Workaround | None = None
     shows: str | None = None
     level: Level | None = None  # what the rule rests on, where weaker than the cell's result (documented)
 
     def matches(self, cell: Cell, version: Version | None, observed: Mapping[str, str]) -> bool:
-        return (
-            fnmatch.fnmatchcase(cell.id, self.cells)
-            and self.runner in (None, cell.runner)
-            and self.mode in (None, cell.mode)
-            and (self.vllm is None or (version is not None and self.vllm.contains(version, prereleases=True)))
-            and all(key in observed and fnmatch.fnmatchcase(observed[key], glob) for key, glob in self.when)
+        return self.selector.holds_for(cell, version) and all(
+            key in observed and fnmatch.fnmatchcase(observed[key], glob) for key, glob in self.when
         )
 
 
@@ -168,43 +159,37 @@ class Observations:
     level: Level
 
 
-def _rule(index: int, table: dict) -> OutcomeRule:
-    where = f"rule {table.get('id', index + 1)!r} in {VERDICTS_FILE.name}"
-    unknown = set(table) - {f for f in OutcomeRule.__dataclass_fields__}
-    if unknown:
-        raise MatrixError(f"{where}: unknown field(s) {sorted(unknown)}")
-    when = table.get("when", {})
+_FIELDS = ("question", "when", "outcome", "why", "basis", "issue", "workaround", "shows", "level")
+
+
+def _rule(table: Table) -> OutcomeRule:
+    fields = table.fields
+    when = fields.get("when", {})
     if not isinstance(when, dict) or not when or set(when) - OBSERVABLE:
-        raise MatrixError(f"{where}: when needs keys from {sorted(OBSERVABLE)}, got {when!r}")
+        raise table.error(f"when needs keys from {sorted(OBSERVABLE)}, got {when!r}")
+    selector = table.selector()
     try:
         return OutcomeRule(
-            id=str(table["id"]),
-            question=Question(table["question"]),
+            id=str(fields["id"]),
+            question=Question(fields["question"]),
             when=tuple((str(k), str(v)) for k, v in when.items()),
-            outcome=Outcome(table["outcome"]),
-            why=str(table["why"]),
-            basis=str(table["basis"]),
-            cells=str(table.get("cells", "*")),
-            runner=Runner.parse(table["runner"]) if "runner" in table else None,
-            mode=Mode.parse(table["mode"]) if "mode" in table else None,
-            vllm=SpecifierSet(table["vllm"]) if "vllm" in table else None,
-            issue=table.get("issue"),
-            workaround=Workaround(table["workaround"]) if "workaround" in table else None,
-            shows=table.get("shows"),
-            level=Level.parse(table["level"]) if "level" in table else None,
+            outcome=Outcome(fields["outcome"]),
+            why=str(fields["why"]),
+            basis=str(fields["basis"]),
+            selector=selector,
+            issue=fields.get("issue"),
+            workaround=Workaround(fields["workaround"]) if "workaround" in fields else None,
+            shows=fields.get("shows"),
+            level=Level.parse(fields["level"]) if "level" in fields else None,
         )
     except KeyError as exc:
-        raise MatrixError(f"{where}: missing field {exc.args[0]!r}") from None
-    except (ValueError, InvalidSpecifier) as exc:
-        raise MatrixError(f"{where}: {exc}") from None
+        raise table.error(f"missing field {exc.args[0]!r}") from None
+    except ValueError as exc:
+        raise table.error(str(exc)) from None
 
 
 def load_verdict_rules(path: Path = VERDICTS_FILE) -> tuple[OutcomeRule, ...]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise MatrixError(f"{path} is not valid TOML: {exc}") from None
-    return tuple(_rule(i, t) for i, t in enumerate(data.get("rule", [])))
+    return tuple(_rule(table) for table in load_tables(path, _FIELDS))
 
 
 def _outcome(
@@ -212,6 +197,7 @@ def _outcome(
 ) -> Found | None:
     if not observed:
         return None
+    # The first rule that matches (matrix.rules).
     for rule in rules:
         if rule.question is question and rule.matches(cell, version, observed):
             return Found(rule.outcome, rule, observed.get(rule.shows, "") if rule.shows else "", rule.level)

@@ -12,7 +12,8 @@ from matrix.cells import Cell, select
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.host import classify, facts
-from matrix.plan import CellPlan, Execution, Plan, plan_cells
+from matrix.host.here import detected_plan
+from matrix.plan import CellPlan, Execution, plan_cells
 from matrix.report.bench import PLUMBING_SERVER, SERVERS, TEST_SERVER
 from matrix.variables import (
     BENCH_PIN_VALUES,
@@ -39,7 +40,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.gate_only:
         plans = tuple(CellPlan(cell, Execution.GATE_ONLY, "asked with --gate-only") for cell in cells)
     else:
-        plans = Plan.detected(cells).cells
+        plans = detected_plan(cells).cells
     requests = [r for r in gate.requests_for(plans) if args.pin_env in (None, r.pin_env)]
     started = time.perf_counter()
     outcomes = gate.evaluate(requests, timeout=args.timeout, jobs=args.jobs)
@@ -84,7 +85,7 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
 
 def cmd_offload_graph(args: argparse.Namespace) -> int:
     cell = Cell.parse(args.cell)
-    (plan,) = Plan.detected([cell]).cells
+    (plan,) = detected_plan([cell]).cells
     plan.require_gpu("run", "run it on the cell's GPU")
     from repro.tinymodel import tiny_model
 
@@ -232,7 +233,7 @@ def cmd_container(args: argparse.Namespace) -> int:
     from repro import container
 
     # Planned once, here on the host: the container and the split both read this plan.
-    plan = Plan.detected(select(args.cells))
+    plan = detected_plan(select(args.cells))
     pytest_args = tuple(args.pytest_args) or container.CELL_TESTS
     outcome = container.run_in_image(plan, args.image, Path(args.results), args.group, args.timeout, pytest_args)
     # The table is printed here, not by `matrix summary`: only this run knows which directory the image's vLLM chose.

@@ -105,8 +105,10 @@ def _get_tokenizer() -> Callable[[str], Any]:
     return get_tokenizer
 
 
-def check(request: ConfigRequest, cache_root: str) -> dict[str, dict]:
-    """In a fresh process: the host and stand-in, then per cell its engine's environment and vLLM's engine config."""
+def check(request: ConfigRequest, cache_root: str, kept: bool = False) -> dict[str, dict]:
+    """In a fresh process: the host and stand-in, then per cell its engine's environment and vLLM's engine config.
+
+    ``kept``: the cache root is the test session's, kept with its answers (``_first_inspection``)."""
     base = dict(os.environ) | {CACHE_ROOT.name: cache_root}
     first = request.runs[0]
     if first.present_host:
@@ -119,6 +121,13 @@ def check(request: ConfigRequest, cache_root: str) -> dict[str, dict]:
         import vllm.platforms  # noqa: F401 - what the gate imports; its import test judges a failure here
     except BaseException:  # noqa: BLE001
         return {run.cell.id: {"import_error": traceback.format_exc()} for run in request.runs}
+    with _first_inspection(Path(cache_root)) if kept else contextlib.nullcontext():
+        return _built(request, base)
+
+
+def _built(request: ConfigRequest, base: dict[str, str]) -> dict[str, dict]:
+    """Per cell its engine's environment and vLLM's engine config, once vLLM has been imported."""
+    first = request.runs[0]
     answers = {}
     for run in request.runs:
         built = {pin: _config(dataclasses.replace(run, pin_env=pin), base, request.model) for pin in GATE_PIN_VALUES}
@@ -224,18 +233,26 @@ def _tokenizer(model: str) -> dict:
 
 @contextlib.contextmanager
 def _first_inspection(root: Path) -> Iterator[None]:
-    """Until vLLM has cached a model's architecture under the kept ``root``, one evaluation at a time.
+    """Until one check has come to its end under the test session's kept vLLM cache ``root``, one at a time.
 
-    Evaluations that start together (in the test session's workers and the sessions they start) would each
-    find the cache empty and each inspect: three ~20 s interpreters at once on a 2-core machine, where one
-    would do. The others wait for the first, then read its entry; once the cache exists, none waits.
+    vLLM inspects each model architecture in an interpreter of its own (~5 s of CPU) and caches what it found
+    under its cache root. The test session's children that start together (an evaluation's, and the sessions'
+    around it) would each find the cache empty and each inspect; instead the others import vLLM meanwhile, then
+    wait for the first and read its entries. Once one check has ended, none waits.
+
+    Only there: what vLLM logs building a config differs between a child that missed its cache and one that
+    read it (the missing one imports its kernels' modules in-process, which warn here that there is no
+    libcuda), and which child comes first is a race. A cell session or the history keeps its children as
+    they are, each of its records the same from one run to the next.
     """
-    if (root / "modelinfos").is_dir():
+    inspected = root / ".inspected"
+    if inspected.exists():
         yield
         return
     with (root / ".inspecting").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+        inspected.touch()
 
 
 def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) -> dict[Cell, Outcome]:
@@ -243,11 +260,11 @@ def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) ->
 
     The children share one vLLM cache root, made for this call where no answers are kept. vLLM inspects the
     model's architecture in an interpreter of its own, which neither the presented host nor the stand-in GPU
-    reaches, so its answer is every cell's; cached, it costs one ~20 s interpreter start per call instead of
-    one per child. Where the kit's tests keep answers (``repro.answers``), each cell's is kept on its own,
-    since one test asks for other cells together than the next: a child starts only for the cells none has
-    asked yet; and the cache root is kept with them, as a user's is kept between runs (vLLM keys its entry by
-    the model module's hash and writes it whole), so the architecture is inspected once per test session.
+    reaches, so its answer is every cell's. Where the kit's tests keep answers (``repro.answers``), each
+    cell's is kept on its own, since one test asks for other cells together than the next: a child starts only
+    for the cells none has asked yet; and the cache root is kept with them, as a user's is kept between runs
+    (vLLM keys its entry by the model module's hash and writes it whole), so the architecture is inspected once
+    per test session: the first child inspects while the others wait (``_first_inspection``).
     """
     # The tokenizer's answer is read from the model's files, the default runners from both models'.
     models = "".join(
@@ -272,10 +289,9 @@ def evaluate(requests: list[ConfigRequest], timeout: float = DEFAULT_TIMEOUT) ->
         preload(len(asked), all(request.stub_gpu for request in asked))
         with contextlib.ExitStack() as stack:
             kept_root = kept_directory("vllm-cache-root")
-            if kept_root is not None:
-                stack.enter_context(_first_inspection(kept_root))
             cache = str(kept_root or stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-config-")))
-            outcomes = run_isolated(functools.partial(check, cache_root=cache), asked, timeout=timeout)
+            checking = functools.partial(check, cache_root=cache, kept=kept_root is not None)
+            outcomes = run_isolated(checking, asked, timeout=timeout)
         for request, outcome in zip(asked, outcomes, strict=True):
             for run in request.runs:
                 answers[run.cell] = (

@@ -1,4 +1,4 @@
-"""The cells as CI jobs: a GitHub Actions matrix and a Buildkite pipeline, from the noxfile's own list.
+"""The cells as CI jobs: a GitHub Actions matrix and a Buildkite pipeline.
 
 One job per runner kind (stack x host), running that host's cells one after the
 other: a self-hosted GPU runner takes one job at a time anyway, and GitHub keeps
@@ -11,8 +11,10 @@ share one group.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
-from matrix.cells import CELLS, Cell, Host
+from matrix.cells import CELLS, Cell, Host, Stack
 from matrix.errors import MatrixError
 
 RUNNER_LABEL = "self-hosted"
@@ -23,72 +25,90 @@ ONLINE_VARIABLE = "WSLPIN_RUNNER_KINDS"
 NONE_ONLINE = "none"
 
 
-def cells_from_nox(listing: list[dict]) -> list[Cell]:
-    """The cells ``nox -l --json`` lists: the noxfile is the one source of truth."""
-    cells = []
-    for session in listing:
-        spec = session.get("call_spec") or {}
-        if session.get("name") == "cell" and spec:
-            cells.append(Cell.parse("-".join(spec[axis] for axis in ("stack", "host", "runner", "mode"))))
-    if not cells:
-        raise MatrixError("the nox listing has no cell(...) sessions: pass the output of `nox -l --json`")
-    return cells
-
-
 def _physical(host: Host) -> str:
     return "wsl2" if host.is_wsl else "linux"
 
 
-def host_jobs(cells: list[Cell]) -> list[dict]:
-    """One entry per runner kind with the cells it runs, in matrix order."""
-    jobs: dict[tuple, dict] = {}
+@dataclass(frozen=True)
+class RunnerJob:
+    """One CI job: a runner kind (stack x host) and the cells it runs, one after the other."""
+
+    stack: Stack
+    host: Host
+    cells: tuple[Cell, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.stack}-{self.host}"
+
+    @property
+    def artifact(self) -> str:
+        """What the job uploads its results as: the report knows each runner's files by it."""
+        return f"junit-{self.name}"
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The labels a runner of this kind carries (docs/runners.md)."""
+        return (RUNNER_LABEL, self.stack.value, self.host.label)
+
+    @property
+    def concurrency(self) -> str:
+        return f"wslpin-gpu-{self.stack}-{_physical(self.host)}"
+
+    @property
+    def pattern(self) -> str:
+        return ",".join(cell.id for cell in self.cells)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The job as the workflow's matrix and the report's ``--runners`` read it."""
+        return {
+            "name": self.name,
+            "artifact": self.artifact,
+            "stack": self.stack.value,
+            "host": self.host.value,
+            "runs_on": list(self.labels),
+            "concurrency": self.concurrency,
+            "cells": [cell.id for cell in self.cells],
+            "sessions": [cell.session for cell in self.cells],
+            "pattern": self.pattern,
+        }
+
+    def not_planned(self, reason: str) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "artifact": self.artifact,
+            "cells": [cell.id for cell in self.cells],
+            "reason": reason,
+        }
+
+
+def host_jobs(cells: list[Cell]) -> list[RunnerJob]:
+    """One job per runner kind with the cells it runs, in matrix order."""
+    kinds: dict[tuple[Stack, Host], list[Cell]] = {}
     for cell in cells:
-        key = (cell.stack, cell.host)
-        job = jobs.setdefault(
-            key,
-            {
-                "name": f"{cell.stack}-{cell.host}",
-                # What the job uploads its results as: the report knows each runner's files by it.
-                "artifact": f"junit-{cell.stack}-{cell.host}",
-                "stack": cell.stack.value,
-                "host": cell.host.value,
-                "runs_on": [RUNNER_LABEL, cell.stack.value, cell.host.label],
-                "concurrency": f"wslpin-gpu-{cell.stack}-{_physical(cell.host)}",
-                "cells": [],
-                "sessions": [],
-            },
-        )
-        job["cells"].append(cell.id)
-        job["sessions"].append(cell.session)
-    for job in jobs.values():
-        job["pattern"] = ",".join(job["cells"])
-    return list(jobs.values())
+        kinds.setdefault((cell.stack, cell.host), []).append(cell)
+    return [RunnerJob(stack, host, tuple(of_kind)) for (stack, host), of_kind in kinds.items()]
 
 
-def planned_jobs(cells: list[Cell], online: str = "") -> tuple[list[dict], list[dict]]:
+def planned_jobs(cells: list[Cell], online: str = "") -> tuple[list[RunnerJob], list[dict[str, Any]]]:
     """The jobs of the runner kinds ``online`` lists (``ONLINE_VARIABLE``; empty: every kind), and the others
     as not planned, each with its cells and why; one line for a kind the matrix does not have."""
     jobs = host_jobs(cells)
     if not online.strip():
         return jobs, []
     kinds = {kind.strip() for kind in online.split(",") if kind.strip()} - {NONE_ONLINE}
-    known = [job["name"] for job in host_jobs(list(CELLS))]
+    known = [job.name for job in host_jobs(list(CELLS))]
     unknown = sorted(kinds - set(known))
     if unknown:
         raise MatrixError(
             f"{ONLINE_VARIABLE} names {', '.join(unknown)}, no runner kind of the matrix: list some of "
             f"{', '.join(known)} (comma-separated), `{NONE_ONLINE}`, or leave it unset to plan every kind"
         )
-    planned = [job for job in jobs if job["name"] in kinds]
+    planned = [job for job in jobs if job.name in kinds]
     not_planned = [
-        {
-            "name": job["name"],
-            "artifact": job["artifact"],
-            "cells": job["cells"],
-            "reason": f"no {job['name']} runner is listed online ({ONLINE_VARIABLE})",
-        }
+        job.not_planned(f"no {job.name} runner is listed online ({ONLINE_VARIABLE})")
         for job in jobs
-        if job["name"] not in kinds
+        if job.name not in kinds
     ]
     return planned, not_planned
 
@@ -96,13 +116,14 @@ def planned_jobs(cells: list[Cell], online: str = "") -> tuple[list[dict], list[
 def github_matrix(cells: list[Cell], online: str = "") -> str:
     """The JSON the workflow's plan job hands to ``fromJson`` for ``strategy.matrix``: the planned jobs only,
     since every other key of a matrix would be one more axis."""
-    return json.dumps({"include": planned_jobs(cells, online)[0]}, separators=(",", ":"))
+    return json.dumps({"include": [job.as_dict() for job in planned_jobs(cells, online)[0]]}, separators=(",", ":"))
 
 
 def runner_claims(cells: list[Cell], online: str = "") -> str:
     """What the report's ``--runners`` reads: the planned jobs, and the kinds not planned with why."""
     planned, not_planned = planned_jobs(cells, online)
-    return json.dumps({"include": planned, "not_planned": not_planned}, separators=(",", ":"))
+    include = [job.as_dict() for job in planned]
+    return json.dumps({"include": include, "not_planned": not_planned}, separators=(",", ":"))
 
 
 def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:
@@ -113,22 +134,22 @@ def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:
     steps = []
     jobs = host_jobs(cells)
     for job in jobs:
-        sessions = " ".join(f"'{s}'" for s in job["sessions"])
+        sessions = " ".join(f"'{cell.session}'" for cell in job.cells)
         steps.append(
             {
-                "label": f":test_tube: {job['name']}",
-                "key": f"cells-{job['name']}",
-                "agents": {"queue": "gpu", "stack": job["stack"], "host": job["runs_on"][2]},
+                "label": f":test_tube: {job.name}",
+                "key": f"cells-{job.name}",
+                "agents": {"queue": "gpu", "stack": job.stack.value, "host": job.host.label},
                 "concurrency": 1,
-                "concurrency_group": job["concurrency"],
+                "concurrency_group": job.concurrency,
                 "timeout_in_minutes": 120,
                 "commands": [
                     # A misrouted agent fails here, and its results say so (the report shows the cells misrouted).
-                    f"python -m matrix plan --cells {job['pattern']} --require native "
+                    f"python -m matrix plan --cells {job.pattern} --require native "
                     f"--misrouted-out results/misrouted --vllm {vllm}",
-                    f"nox --report nox-{job['name']}.json -s {sessions} -- --vllm {vllm}",
+                    f"nox --report nox-{job.name}.json -s {sessions} -- --vllm {vllm}",
                 ],
-                "artifact_paths": ["results/**/*.xml", "results/**/*.json", f"nox-{job['name']}.json"],
+                "artifact_paths": ["results/**/*.xml", "results/**/*.json", f"nox-{job.name}.json"],
             }
         )
     steps.append({"wait": None, "continue_on_failure": True})  # the report runs even when cells failed
@@ -142,8 +163,8 @@ def buildkite_pipeline(cells: list[Cell], vllm: str) -> str:
                 # knows which agent wrote which file (--runners); a step that uploaded nothing leaves its
                 # directory empty, and its cells missing.
                 *(
-                    f"buildkite-agent artifact download 'results/**/*' artifacts/{job['artifact']}/ "
-                    f"--step cells-{job['name']} || true"
+                    f"buildkite-agent artifact download 'results/**/*' artifacts/{job.artifact}/ "
+                    f"--step cells-{job.name} || true"
                     for job in jobs
                 ),
                 "buildkite-agent artifact download 'nox-*.json' . || true",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import fnmatch
 import gc
 import math
 from dataclasses import dataclass, field
@@ -185,16 +184,16 @@ class Report:
             cell_id = cell.cell.id
             for case in cell.cases:
                 if case.rule and case.status in (Status.REGRESSION, Status.FIXED):
-                    p = case.properties
+                    facts = case.facts
                     found.append(
                         Contradiction(
                             cell.vllm,
                             cell_id,
                             case.rule,
-                            p.get("gate_key", ""),
-                            p.get("pin_env", ""),
+                            facts.gate_key or "",
+                            facts.pin_env or "",
                             case.expected or "",
-                            p.get("observed", ""),
+                            facts.observed or "",
                             case.status.value,
                         )
                     )
@@ -268,12 +267,11 @@ def release_changes(versions: dict[str, list[CellReport]], rules: list[Rule]) ->
             now = f"{new.status.value}: {new.summary}" if new.summary else new.status.value
             if was == now or Status.MISSING in (old.status, new.status):
                 continue
+            # The rules newly in force, the general ones first (the file lists the exceptions first).
             why = tuple(
                 f"{r.id}: {r.note}" + (f" ({r.issue})" if r.issue else "")
-                for r in rules
-                if any(fnmatch.fnmatchcase(new.cell.id, pattern) for pattern in r.cells)
-                and r.covers(after_version)
-                and not r.covers(before_version)
+                for r in reversed(rules)
+                if r.selector.holds_for(new.cell, after_version) and not r.selector.covers(before_version)
             )
             changes.append(ReleaseChange(new.cell.id, after, was, now, why))
     return changes

@@ -67,7 +67,7 @@ def _case(case: CaseRecord) -> dict:
         "name": case.name,
         "status": case.status.value,
         "expected": case.expected,
-        "observed": case.properties.get("observed"),
+        "observed": case.facts.observed,
         "rule": case.rule,
         "issue": case.issue,
         "message": case.message,

@@ -15,6 +15,7 @@ from functools import cache, cached_property
 
 from packaging.version import Version
 
+from matrix.case_facts import CaseFacts
 from matrix.cells import CELLS, Cell, Runner
 from matrix.envelope import Envelope
 from matrix.expectations import Expected, Rule, expected_values, release_version
@@ -62,6 +63,10 @@ class CaseRecord:
     rule: str | None = None
     issue: str | None = None
     earlier: int = 0  # the first attempts, from earlier runs of the cell: kept, not judged
+
+    @property
+    def facts(self) -> CaseFacts:
+        return CaseFacts.from_properties(self.properties)
 
     @property
     def message(self) -> str:
@@ -112,9 +117,9 @@ class CellReport:
         """
         values: dict[tuple[str, str], str] = {}
         for case in self.cases:
-            p = case.properties
-            if "gate_key" in p and "pin_env" in p and "observed" in p and "kernel_edge" not in p:
-                values.setdefault((p["gate_key"], p["pin_env"]), p["observed"])
+            decision = case.facts.decision_under_the_cells_host
+            if decision is not None:
+                values.setdefault((decision.key, decision.pin_env), decision.observed)
         return values
 
     @cached_property
@@ -178,21 +183,21 @@ def judge_case(case: ReadCase, expected_for: Resolver) -> CaseRecord:
     """The case's status: gate cases by the current rule for what vLLM decided, others by their JUnit outcome."""
     attempts = tuple(case.attempts)
     status = _by_outcome(attempts[case.latest :])
-    if status is Status.FIXED and not case.properties.get("issue"):
+    facts = CaseFacts.from_properties(case.properties)
+    if status is Status.FIXED and facts.issue is None:
         # Only a known failure (its case names the issue) can be fixed: pytest's "[XPASS(strict)]" on any
         # other case is text a failing test wrote, and a failure.
         status = Status.REGRESSION
     judged = CaseRecord(case.classname, case.name, attempts, case.properties, status, earlier=case.latest)
     if judged.status is Status.FLAKY:
         return judged
-    properties = case.properties
-    key, observed, pin_env = properties.get("gate_key"), properties.get("observed"), properties.get("pin_env")
-    if key is None or observed is None or pin_env is None:
+    decision = facts.decision
+    if decision is None:
         return judged
-    expected = expected_for(pin_env).get(key)
+    expected = expected_for(decision.pin_env).get(decision.key)
     if expected is None:
         return judged
-    matches = decided(observed, expected.value) == expected.value
+    matches = decided(decision.observed, expected.value) == expected.value
     if expected.known_issue:
         status = Status.FIXED if matches else Status.KNOWN_FAIL
     else:

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from matrix.case_facts import CaseFacts, spelled
 from matrix.cells import Cell, select
 from matrix.errors import MatrixError
 from matrix.expectations import CONFIG_KEYS, GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.host import classify, facts
 from matrix.host.edges import KERNEL_EDGES
-from matrix.plan import CellPlan, Plan, load_plan
+from matrix.host.here import detected_plan
+from matrix.plan import CellPlan, load_plan
 from matrix.variables import GATE_PIN_VALUES
 from repro import engine_config, gate, offload
 from repro.isolation import DEADLINE_CUT, NOT_STARTED
@@ -54,7 +56,7 @@ def _plans(config: pytest.Config) -> dict[Cell, CellPlan]:
     if PLANS not in config.stash:
         pattern, path = config.getoption("--cells"), config.getoption("--plan")
         try:
-            plan = load_plan(Path(path)) if path else Plan.detected(select(pattern))
+            plan = load_plan(Path(path)) if path else detected_plan(select(pattern))
             config.stash[PLANS] = {p.cell: p for p in plan.select(pattern)}
         except MatrixError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -174,37 +176,42 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 @pytest.fixture
-def tag(request, record_property, cell, plans):
-    """Stamp the case with its cell, so the split puts it in that cell's file."""
-    record_property("cell", cell.id)
-    pin_env = request.node.callspec.params.get("pin_env")
-    if pin_env is not None:
-        record_property("pin_env", pin_env)
-    record_property("execution", plans[cell].execution.value)
+def state(record_property) -> Callable[..., None]:
+    """``state(gate_key=..., observed=...)``: the case states these facts, as matrix.case_facts writes them."""
+
+    def write(**facts: str | None) -> None:
+        for name, value in CaseFacts(**facts).to_properties().items():
+            record_property(name, value)
+
+    return write
+
+
+@pytest.fixture
+def tag(request, record_property, state, cell, plans):
+    """Stamp the case with its cell, so the split puts it in that cell's file; then ``tag(name, value)`` records
+    one of the case's details (a timing, a metric) as it is."""
+    state(cell=cell.id, pin_env=request.node.callspec.params.get("pin_env"), execution=plans[cell].execution.value)
     return record_property
 
 
 @pytest.fixture
-def expect(request, tag, rules, cell, vllm_version):
+def expect(request, tag, state, rules, cell, vllm_version):
     """Check an observed value against its rule in expectations.toml; a known failure becomes a strict xfail."""
     pin_env = request.node.callspec.params.get("pin_env")
     if pin_env is None:  # an engine-config test: its facts are asked with the variable unset
         pin_env = engine_config.PIN_ENV
-        tag("pin_env", pin_env)
+        state(pin_env=pin_env)
 
     def check(key: str, observed, context: str = "") -> None:
-        tag("gate_key", key)
-        tag("observed", str(observed))
+        state(gate_key=key, observed=spelled(observed))
         expected = expected_values(rules, cell, vllm_version, pin_env).get(key)
         if expected is None:
             pytest.fail(
                 f"no rule in matrix/expectations.toml covers {key} for {cell} with vLLM {vllm_version}, "
                 f"pin_env={pin_env}; vLLM decided {observed!r}: add a rule"
             )
-        tag("expected", str(expected.value))
-        tag("rule", expected.rule.id)
+        state(expected=spelled(expected.value), rule=expected.rule.id, issue=expected.known_issue)
         if expected.known_issue:
-            tag("issue", expected.known_issue)
             request.applymarker(
                 pytest.mark.xfail(
                     strict=True,

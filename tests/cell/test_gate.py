@@ -32,20 +32,20 @@ def test_vllm_imports(expect, tag, gate_outcomes, plans, cell, pin_env, vllm_ver
     expect("imports", answer["imports"], "\n" + error)
 
 
-def test_gate_value(expect, tag, gate_outcomes, plans, cell, pin_env, gate_key, vllm_version):
+def test_gate_value(expect, state, gate_outcomes, plans, cell, pin_env, gate_key, vllm_version):
     """One value vLLM decides (pin, UVA, warning, buffer class, offload path) against its rule."""
     outcome = _answer(gate_outcomes, plans, cell, pin_env) if vllm_version else None
     if outcome is None or not outcome.ok or not outcome.value["imports"]:
         pytest.skip("vLLM gave no answer under this host: see test_vllm_imports for this cell")
     answer = outcome.value
     if gate_key in answer["errors"]:
-        tag("gate_key", gate_key)
+        state(gate_key=gate_key)
         pytest.fail(f"vLLM raised while deciding {gate_key}:\n{answer['errors'][gate_key]}")
     context = f"\nvLLM's warnings: {answer['warnings']}" if gate_key == "warning" else ""
     expect(gate_key, answer[gate_key], context)
 
 
-def test_runner_selected(tag, gate_outcomes, plans, cell, pin_env, vllm_version):
+def test_runner_selected(tag, state, gate_outcomes, plans, cell, pin_env, vllm_version):
     """vLLM's config picks the cell's model runner under its VLLM_USE_V2_MODEL_RUNNER."""
     outcome = _answer(gate_outcomes, plans, cell, pin_env) if vllm_version else None
     if outcome is None or not outcome.ok or not outcome.value["imports"]:
@@ -53,8 +53,7 @@ def test_runner_selected(tag, gate_outcomes, plans, cell, pin_env, vllm_version)
     key = f"runner_{cell.runner}"
     if key in outcome.value["errors"]:
         pytest.fail(f"vLLM raised while choosing the runner:\n{outcome.value['errors'][key]}")
-    tag("gate_key", "runner")
-    tag("observed", outcome.value[key])
+    state(gate_key="runner", observed=outcome.value[key])
     assert outcome.value[key] == cell.runner.value, (
         f"VLLM_USE_V2_MODEL_RUNNER={cell.runner.env_value} but vLLM's config chose {outcome.value[key]}"
     )

@@ -26,9 +26,11 @@ def _edge_answers(edge_outcomes, plans, cell, vllm_version) -> dict:
     return outcome.value
 
 
-def test_gate_under_kernel_edge(expect, tag, edge_outcomes, plans, cell, kernel_edge, pin_env, gate_key, vllm_version):
+def test_gate_under_kernel_edge(
+    expect, tag, state, edge_outcomes, plans, cell, kernel_edge, pin_env, gate_key, vllm_version
+):
     """One value vLLM decides under the edge's uname (release, node name) against the cell's rule."""
-    tag("kernel_edge", kernel_edge.name)
+    state(kernel_edge=kernel_edge.name)
     tag("uname", f"release={kernel_edge.release} node={kernel_edge.node}")
     answer = _edge_answers(edge_outcomes, plans, cell, vllm_version)[kernel_edge.name, pin_env]
     context = f"\nvLLM's warnings: {answer['warnings']}" if gate_key == "warning" else ""
@@ -39,10 +41,10 @@ def test_gate_under_kernel_edge(expect, tag, edge_outcomes, plans, cell, kernel_
     )
 
 
-def test_vllm_reads_every_sample_uname_as_the_kit_does(tag, edge_outcomes, plans, cell, vllm_version):
+def test_vllm_reads_every_sample_uname_as_the_kit_does(tag, state, edge_outcomes, plans, cell, vllm_version):
     """vLLM's in_wsl() and its stack's _get_wsl_kernel_version(), asked of every sample uname, against the kit's
     vllm_in_wsl and vllm_kernel_version: the doctor answers from those, so they must be this release's."""
-    tag("kernel_edge", "readings")
+    state(kernel_edge="readings")
     differ = []
     for reading in _edge_answers(edge_outcomes, plans, cell, vllm_version)["readings"]:
         system, node, release, version, machine = reading["uname"][:5]

@@ -97,7 +97,7 @@ def test_greedy_tokens_match_the_reference(engine_results, tag, plans, cell, pin
     assert run.tokens == reference.tokens
 
 
-def test_offload_path_is_the_one_the_gate_predicted(engine_results, tag, gate_outcomes, plans, cell, pin_env):
+def test_offload_path_is_the_one_the_gate_predicted(engine_results, tag, state, gate_outcomes, plans, cell, pin_env):
     """The path taken (zero-copy UVA or a copy per forward) is what vLLM's gate decided for this host."""
     run = _run(engine_results, plans, cell, pin_env)
     if not run.ok or not run.offloaded:
@@ -105,8 +105,7 @@ def test_offload_path_is_the_one_the_gate_predicted(engine_results, tag, gate_ou
     gate = gate_outcomes[GateRequest.for_cell(cell, pin_env, plans[cell].execution)]
     if not gate.ok or not gate.value.get("imports"):
         pytest.skip("the gate gave no prediction for this host: see test_vllm_imports")
-    tag("observed", run.offload_path)
-    tag("expected", gate.value["offload_path"])
+    state(observed=run.offload_path, expected=gate.value["offload_path"])
     assert run.offload_path == gate.value["offload_path"]
 
 

@@ -11,9 +11,7 @@ import host_reads
 import pytest
 
 from matrix.cells import select
-from matrix.host.classify import detect
-from matrix.host.facts import collect_facts
-from matrix.plan import plan_cells
+from matrix.host.here import detected_plan
 from repro.answers import CACHE_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +56,7 @@ def run_module(
 
 def require_gate_only(cells: str | None) -> None:
     """Skip a test that needs ``cells`` (ids or globs; None: all) to find no GPU of theirs on this machine."""
-    for plan in plan_cells(select(cells), detect(collect_facts())):
+    for plan in detected_plan(select(cells)).cells:
         if plan.execution.uses_gpu:
             pytest.skip(f"needs {plan.cell} gate-only, but it runs {plan.execution} here ({plan.reason})")
 

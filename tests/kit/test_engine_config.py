@@ -104,7 +104,7 @@ def test_answers_are_kept_per_cell_and_the_models_architecture_is_inspected_once
     where answers are kept, that root is kept with them, as a user's is between runs, so a later evaluation of
     other cells reads vLLM's entry instead of inspecting again. One fresh evaluation serves both: each is ~20 s."""
     from matrix.cells import select
-    from matrix.plan import Plan
+    from matrix.host.here import detected_plan
     from repro import engine_config
     from repro.answers import CACHE_VARIABLE
 
@@ -113,7 +113,7 @@ def test_answers_are_kept_per_cell_and_the_models_architecture_is_inspected_once
     require_gate_only(f"{pair},{then}")
     monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "answers"))
     model, moe = tiny_model(tmp_path / "models"), tiny_moe(tmp_path / "models")
-    both = engine_config.requests_for(Plan.detected(select(pair)).cells, model, moe)
+    both = engine_config.requests_for(detected_plan(select(pair)).cells, model, moe)
     assert [len(request.runs) for request in both] == [2]
     first = engine_config.evaluate(both)
     assert all(outcome.ok and "settings" in outcome.value["config"] for outcome in first.values()), first
@@ -125,7 +125,7 @@ def test_answers_are_kept_per_cell_and_the_models_architecture_is_inspected_once
 
     with monkeypatch.context() as patched:
         patched.setattr(engine_config, "run_isolated", no_child)
-        (alone,) = engine_config.requests_for(Plan.detected(select("cuda-wsl2new-v1-eager")).cells, model, moe)
+        (alone,) = engine_config.requests_for(detected_plan(select("cuda-wsl2new-v1-eager")).cells, model, moe)
         assert engine_config.evaluate([alone]) == {cell: first[cell] for cell in select("cuda-wsl2new-v1-eager")}
         assert engine_config.evaluate(both) == first
 
@@ -133,6 +133,6 @@ def test_answers_are_kept_per_cell_and_the_models_architecture_is_inspected_once
         return [(entry.stat().st_mtime_ns, entry.read_bytes()) for entry in entries]
 
     before = written()
-    outcomes = engine_config.evaluate(engine_config.requests_for(Plan.detected(select(then)).cells, model, moe))
+    outcomes = engine_config.evaluate(engine_config.requests_for(detected_plan(select(then)).cells, model, moe))
     assert all(outcome.ok and "settings" in outcome.value["config"] for outcome in outcomes.values()), outcomes
     assert written() == before, "vLLM inspected a model again"

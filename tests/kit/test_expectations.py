@@ -61,3 +61,22 @@ def test_a_bad_rule_file_is_one_clear_error(tmp_path, body, says):
     with pytest.raises(MatrixError) as err:
         load_rules(path)
     assert says in str(err.value)
+
+
+def test_per_value_the_first_matching_rule_wins_and_a_rule_may_name_a_runner(tmp_path):
+    path = tmp_path / "expectations.toml"
+    path.write_text(
+        '[[rule]]\nid = "v2-exception"\ncells = "cuda-*"\nrunner = "v2"\nvllm = ">=0.30"\nexpect = { pin = false }\n'
+        '[[rule]]\nid = "general"\ncells = "*"\nvllm = ">=0.20"\nexpect = { pin = true, uva = true }\n'
+    )
+    rules = load_rules(path)
+    v2 = expected_values(rules, Cell.parse("cuda-linux-v2-graph"), "0.33.0", "unset")
+    assert {k: (e.value, e.rule.id) for k, e in v2.items()} == {
+        "pin": (False, "v2-exception"),
+        "uva": (True, "general"),
+    }
+    for cell, vllm in (("cuda-linux-v1-graph", "0.33.0"), ("cuda-linux-v2-graph", "0.29.0")):
+        assert expected_values(rules, Cell.parse(cell), vllm, "unset")["pin"].rule.id == "general"
+    path.write_text('[[rule]]\ncells = "*"\nrunner = "v3"\nvllm = ">=0.20"\nexpect = { pin = true }\n')
+    with pytest.raises(MatrixError, match=r"^rule 1 in expectations.toml: unknown runner 'v3'"):
+        load_rules(path)

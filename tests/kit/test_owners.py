@@ -69,3 +69,26 @@ def test_each_records_raw_form_is_read_in_its_own_module_only(record):
     mark, owners = RECORD_READERS[record]
     readers = {str(path.relative_to(ROOT)) for path in kit_sources() if mark in names_in(path)}
     assert readers == owners, f"{record}: read through {sorted(owners)}, not parsed again in {sorted(readers - owners)}"
+
+
+def test_a_cases_facts_are_named_only_by_their_record():
+    """A case's facts (matrix/case_facts.py) are written by the cells' tests and read by the report through
+    CaseFacts alone: no module spells their property names, so none can read or write them another way."""
+    from matrix.case_facts import CaseFacts
+
+    own = {"gate_key", "kernel_edge", "observed", "expected", "rule", "issue"} & set(CaseFacts.__dataclass_fields__)
+    marks = {f"'{name}'" for name in own}
+    # render_json's "expected", "observed", "rule" and "issue" are compat.json's fields (its schema), not properties.
+    allowed = {"matrix/report/render_json.py": {"'expected'", "'observed'", "'rule'", "'issue'"}}
+    allowed |= {"matrix/verdicts.py": {"'issue'"}, "matrix/expectations.py": {"'issue'"}}
+    allowed |= {"matrix/report/annotations.py": {"'rule'", "'issue'"}, "matrix/rules.py": {"'rule'"}}
+    # The cells' conftest parametrises tests by fixtures of those names (the gate key, the kernel edge).
+    allowed |= {"tests/cell/conftest.py": {"'gate_key'", "'kernel_edge'"}}
+    sources = [*kit_sources(), *sorted((ROOT / "tests" / "cell").glob("*.py"))]
+    spelled = {}
+    for path in sources:
+        name = str(path.relative_to(ROOT))
+        found = (marks & names_in(path)) - allowed.get(name, set())
+        if found:
+            spelled[name] = sorted(found)
+    assert not spelled, f"a case's facts named outside matrix/case_facts.py: {spelled}"

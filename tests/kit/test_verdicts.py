@@ -289,3 +289,10 @@ def test_a_bad_verdict_rule_is_refused_in_one_line(tmp_path):
     path.write_text('[[rule]]\nid = "y"\nquestion = "engine_start"\nwhen = { pin = "True" }\noutcome = "fine"\n')
     with pytest.raises(MatrixError, match=r"^rule 'y' in verdicts.toml: .*'fine'"):
         load_verdict_rules(path)
+    # Cells are named as in expectations.toml (matrix.rules), and a glob that names no cell is a typo.
+    path.write_text(
+        '[[rule]]\nid = "z"\ncells = "cuda-wsl3-*"\nquestion = "engine_start"\nwhen = { pin = "True" }\n'
+        'outcome = "works"\nwhy = "w"\nbasis = "b"\n'
+    )
+    with pytest.raises(MatrixError, match=r"^rule 'z' in verdicts.toml: cells \['cuda-wsl3-\*'\] match no cell"):
+        load_verdict_rules(path)

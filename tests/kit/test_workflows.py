@@ -62,12 +62,19 @@ def test_untrusted_input_never_reaches_a_script(path):
             assert not re.search(r"\$\{\{\s*(inputs|github\.event|github\.head_ref|matrix)", script), script
 
 
-def test_the_plan_jobs_cover_the_noxfiles_cells_once(nox_listing):
-    plan = run_module("matrix", "plan", "--format", "github", "--nox-json", "-", stdin=nox_listing)
+def test_the_plan_jobs_run_each_of_the_noxfiles_cell_sessions_once(nox_listing):
+    plan = run_module("matrix", "plan", "--format", "github")
     assert plan.returncode == 0, plan.stderr
     jobs = json.loads(plan.stdout)["include"]
     planned = [cell for job in jobs for cell in job["cells"]]
     assert sorted(planned) == sorted(c.id for c in CELLS) and len(planned) == len(set(planned))
+    # Both are made from matrix.cells: the sessions a job runs are the noxfile's, and a cell job's script
+    # lists them through `--format sessions`.
+    listed = sorted(s["session"] for s in json.loads(nox_listing) if s["name"] == "cell")
+    assert sorted(s for job in jobs for s in job["sessions"]) == listed
+    for job in jobs:
+        named = run_module("matrix", "plan", "--cells", job["pattern"], "--format", "sessions")
+        assert named.stdout.splitlines() == job["sessions"], named.stderr
     names = [job["artifact"] for job in jobs]
     assert len(set(names) | {"junit-gate"}) == len(jobs) + 1, "artifact names must be unique, and not the gate's"
     for job in jobs:
@@ -82,10 +89,10 @@ def test_the_plan_jobs_cover_the_noxfiles_cells_once(nox_listing):
 GITHUB_DEFAULT_LABELS = {"self-hosted", "linux", "x64", "arm64"}
 
 
-def test_no_runner_carrying_githubs_default_labels_takes_another_kinds_job(nox_listing):
+def test_no_runner_carrying_githubs_default_labels_takes_another_kinds_job():
     # A job goes to any runner holding all of its labels. With `linux` as native Linux's own label, every CUDA
     # WSL2 runner (GitHub calls it linux too) took native-Linux jobs, and the night's native cells were misrouted.
-    plan = run_module("matrix", "plan", "--format", "github", "--nox-json", "-", stdin=nox_listing)
+    plan = run_module("matrix", "plan", "--format", "github")
     jobs = json.loads(plan.stdout)["include"]
     for runner in jobs:
         registered = set(runner["runs_on"]) | GITHUB_DEFAULT_LABELS
