@@ -32,10 +32,21 @@ def _keep_answers(config: pytest.Config) -> None:
 
     Set before any test runs, so that nested pytest and nox runs inherit it; a directory the caller named
     already is kept, and its answers with it.
+
+    The answers last one session; vLLM's model-info cache lasts as a user's does, between sessions: each entry is
+    keyed by the hash of the model module it describes and written whole, so a session after another reads the
+    architectures the first had vLLM inspect (~5 s of CPU each) instead of inspecting them again.
     """
     if not os.environ.get(CACHE_VARIABLE):
-        os.environ[CACHE_VARIABLE] = tempfile.mkdtemp(prefix="wslpin-answers-")
+        answers = Path(tempfile.mkdtemp(prefix="wslpin-answers-"))
+        os.environ[CACHE_VARIABLE] = str(answers)
         config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(CACHE_VARIABLE), ignore_errors=True))
+        user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        model_infos = user_cache / "wslpin-kit" / "vllm-modelinfos"
+        model_infos.mkdir(parents=True, exist_ok=True)
+        # Where repro.engine_config's children find vLLM's cache root (repro.answers.kept_directory).
+        (answers / "vllm-cache-root").mkdir()
+        (answers / "vllm-cache-root" / "modelinfos").symlink_to(model_infos, target_is_directory=True)
 
 
 def run_module(
