@@ -36,7 +36,7 @@ from matrix.groups import GROUP_TESTS  # noqa: E402
 from matrix.host.here import detected_plan  # noqa: E402
 from matrix.host.record import EnvironmentRecord  # noqa: E402
 from matrix.layout import UNKNOWN_RELEASE, run_dir  # noqa: E402
-from matrix.plan import cell_pytest_args  # noqa: E402
+from matrix.plan import Plan, cell_pytest_args  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 from matrix.report.bench import TEST_SERVER  # noqa: E402
 from matrix.variables import CACHE_ROOT, HOST_IP, NO_USAGE_STATS  # noqa: E402
@@ -204,16 +204,37 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
         _run_in_image(session, pattern, group, args.image, (*tests, *pytest_args))
         return
     # Only what to install: the session's plan is made after it, from the environment record (_test_cells).
-    _install_chosen(session, args.vllm, full=detected_plan(cells).uses_gpu)
+    installed_for = detected_plan(cells)
+    _install_chosen(session, args.vllm, full=installed_for.uses_gpu)
     tmp = Path(session.create_tmp())
     record = _record_environment(session, "python", tmp)
     if record is None:
         return  # `nox --install-only`: nothing ran, so there is no record to place the results by
     if args.vllm == INSTALLED:
         _say_installed(session, record)
+    elif changed := _gpu_use_changed(installed_for, Plan.from_record(cells, record)):
+        session.error(changed)
     out = run_dir(RESULTS, record.vllm_release, group)
     _test_cells(session, "python", pattern, tests, tuple(pytest_args), tmp, out)
     session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(out), "--strict")
+
+
+def _gpu_use_changed(installed_for: Plan, recorded: Plan) -> str | None:
+    """Why the cells cannot run against what was installed, or None: the install followed this machine as read
+    before it (a GPU's full vLLM, or the gate's alone), the tests follow its environment record, and the two
+    readings disagree on whether a cell runs on a GPU (a GPU tool that timed out once, a torch the install changed).
+    """
+    if installed_for.uses_gpu == recorded.uses_gpu:
+        return None
+    before, after = (
+        f"{'a GPU' if plan.uses_gpu else 'no GPU'} for these cells ({plan.here.stack_reason})"
+        for plan in (installed_for, recorded)
+    )
+    return (
+        f"this machine read differently once vLLM was installed: before, {before}; in its environment record, "
+        f"{after}. The install followed the first reading: run the session again (`python -m matrix plan` shows "
+        "how this machine reads now)"
+    )
 
 
 def _say_installed(session: nox.Session, record: EnvironmentRecord) -> None:

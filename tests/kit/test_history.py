@@ -16,8 +16,11 @@ from conftest import ROOT, run_module
 from test_report import NOW, envelope, gate_case
 
 from matrix import history_cache
+from matrix.cells import Host, Stack
 from matrix.errors import MatrixError
-from matrix.host.classify import ENV_SCHEMA
+from matrix.host.classify import ENV_SCHEMA, DetectedHost
+from matrix.host.record import EnvironmentRecord
+from matrix.plan import Plan
 from matrix.releases import HISTORY_VERSIONS
 from matrix.report import render_html, render_json, render_md
 from matrix.report.bench import BenchSummary
@@ -415,12 +418,37 @@ def kit_steps(session: RecordingSession) -> list[list[str]]:
     return steps
 
 
+def read_as_recorded(cells) -> Plan:
+    return Plan.from_record(cells, EnvironmentRecord(RECORD))
+
+
+def test_a_session_whose_machine_reads_otherwise_once_installed_stops_and_says_so(tmp_path, monkeypatch):
+    """A GPU tool that listed a GPU before the install and none in the environment record after it: mocked, since
+    no GPU tool here can be made to answer both ways at the right moments of a real session."""
+    import noxfile
+
+    gpu = DetectedHost(Host.LINUX, Stack.CUDA, (6, 8, 0), "NVIDIA H200", "nvidia-smi lists 1 GPU(s)")
+    monkeypatch.setattr(noxfile, "detected_plan", lambda cells, require_native=False: Plan.for_host(cells, gpu))
+    session = RecordingSession("gate", tmp_path, ["--cells", "cuda-linux-v1-graph"])
+    with pytest.raises(AssertionError) as stopped:
+        noxfile.gate(session)
+    assert str(stopped.value).startswith(
+        "this machine read differently once vLLM was installed: before, a GPU for these cells (nvidia-smi lists 1 "
+        "GPU(s)); in its environment record, no GPU for these cells (no GPU). The install followed the first reading"
+    )
+    assert [step[:2] for step in kit_steps(session)] == [["matrix", "env"]], "a cell ran against the wrong install"
+    assert any("vllm==" in " ".join(args) and "--no-deps" not in args for args, _ in session.installs)
+
+
 @pytest.mark.reads_host
 def test_history_runs_each_release_through_the_cell_sessions_path(tmp_path, monkeypatch):
     import noxfile
 
     monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "history.tar.xz")  # this run's own, not the kit's
+    # The machine as the install reads it is the one the record describes (a GPU workstation's own reading would
+    # choose a GPU's install for a record without one, which the session refuses: the test above).
+    monkeypatch.setattr(noxfile, "detected_plan", lambda cells, require_native=False: read_as_recorded(cells))
 
     gate = RecordingSession("gate", tmp_path / "gate", [])
     history = RecordingSession("history", tmp_path / "history", ["--versions", "0.33.0"])
