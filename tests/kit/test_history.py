@@ -19,6 +19,7 @@ from matrix import history_cache
 from matrix.cells import Host, Stack
 from matrix.errors import MatrixError
 from matrix.host.classify import ENV_SCHEMA, DetectedHost
+from matrix.host.facts import collect_environment
 from matrix.host.record import EnvironmentRecord
 from matrix.plan import Plan
 from matrix.releases import HISTORY_VERSIONS
@@ -376,8 +377,8 @@ RECORD = {
 class RecordingSession:
     """What noxfile's sessions ask of nox, recorded instead of run; ``matrix env`` leaves a record to read."""
 
-    def __init__(self, name: str, tmp: Path, posargs: list[str]) -> None:
-        self.name, self.tmp, self.posargs = name, tmp, posargs
+    def __init__(self, name: str, tmp: Path, posargs: list[str], record: dict = RECORD) -> None:
+        self.name, self.tmp, self.posargs, self.record = name, tmp, posargs, record
         self.virtualenv = SimpleNamespace(location=str(tmp / "venv"))
         self.commands: list[tuple[str, ...]] = []
         self.installs: list[tuple[tuple[str, ...], object]] = []  # each install's packages and environment
@@ -387,7 +388,7 @@ class RecordingSession:
         if args[:3] == ("uv", "pip", "install"):
             self.installs.append((args, kwargs.get("env")))
         if args[1:4] == ("-m", "matrix", "env"):
-            Path(args[args.index("--out") + 1]).write_text(json.dumps(RECORD))
+            Path(args[args.index("--out") + 1]).write_text(json.dumps(self.record))
         return ""
 
     def install(self, *args: str, **kwargs: object) -> None:
@@ -484,8 +485,10 @@ def test_every_install_of_vllm_and_the_kit_writes_bytecode(tmp_path, monkeypatch
 
     monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "history.tar.xz")  # this run's own, not the kit's
-    gate = RecordingSession("gate", tmp_path / "gate", [])
-    history = RecordingSession("history", tmp_path / "history", ["--versions", "0.33.0", "--fresh"])
+    # This machine's own record, as its sessions write it: on a GPU host the cell session's install is vLLM's full one.
+    here = collect_environment()
+    gate = RecordingSession("gate", tmp_path / "gate", [], here)
+    history = RecordingSession("history", tmp_path / "history", ["--versions", "0.33.0", "--fresh"], here)
     for session in (gate, history):
         session.tmp.mkdir()
     noxfile.gate(gate)
