@@ -212,28 +212,28 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
         return  # `nox --install-only`: nothing ran, so there is no record to place the results by
     if args.vllm == INSTALLED:
         _say_installed(session, record)
-    elif changed := _gpu_use_changed(installed_for, Plan.from_record(cells, record)):
-        session.error(changed)
+    elif short := _install_short_of(installed_for, Plan.from_record(cells, record)):
+        session.error(short)
     out = run_dir(RESULTS, record.vllm_release, group)
     _test_cells(session, "python", pattern, tests, tuple(pytest_args), tmp, out)
     session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(out), "--strict")
 
 
-def _gpu_use_changed(installed_for: Plan, recorded: Plan) -> str | None:
-    """Why the cells cannot run against what was installed, or None: the install followed this machine as read
-    before it (a GPU's full vLLM, or the gate's alone), the tests follow its environment record, and the two
-    readings disagree on whether a cell runs on a GPU (a GPU tool that timed out once, a torch the install changed).
+def _install_short_of(installed_for: Plan, recorded: Plan) -> str | None:
+    """Why the cells cannot run against what was installed, or None.
+
+    The install followed this machine as read before it, the tests follow its environment record: two readings.
+    Where the first found no GPU for the cells (a GPU tool that timed out once) and the record finds one, only the
+    gate's vLLM and a CPU torch are there for cells that would run on the GPU. The other way round, vLLM's full
+    install serves gate-only cells too.
     """
-    if installed_for.uses_gpu == recorded.uses_gpu:
+    if installed_for.uses_gpu or not recorded.uses_gpu:
         return None
-    before, after = (
-        f"{'a GPU' if plan.uses_gpu else 'no GPU'} for these cells ({plan.here.stack_reason})"
-        for plan in (installed_for, recorded)
-    )
     return (
-        f"this machine read differently once vLLM was installed: before, {before}; in its environment record, "
-        f"{after}. The install followed the first reading: run the session again (`python -m matrix plan` shows "
-        "how this machine reads now)"
+        f"this machine read as having no GPU for these cells before the install ({installed_for.here.stack_reason}), "
+        f"so only the gate's vLLM was installed, but its environment record finds one "
+        f"({recorded.here.stack_reason}): run the session again to install vLLM for the GPU "
+        "(`python -m matrix plan` shows how this machine reads now)"
     )
 
 

@@ -16,9 +16,8 @@ from conftest import ROOT, run_module
 from test_report import NOW, envelope, gate_case
 
 from matrix import history_cache
-from matrix.cells import Host, Stack
 from matrix.errors import MatrixError
-from matrix.host.classify import ENV_SCHEMA, DetectedHost
+from matrix.host.classify import ENV_SCHEMA
 from matrix.host.facts import collect_environment
 from matrix.host.record import EnvironmentRecord
 from matrix.plan import Plan
@@ -423,22 +422,33 @@ def read_as_recorded(cells) -> Plan:
     return Plan.from_record(cells, EnvironmentRecord(RECORD))
 
 
-def test_a_session_whose_machine_reads_otherwise_once_installed_stops_and_says_so(tmp_path, monkeypatch):
-    """A GPU tool that listed a GPU before the install and none in the environment record after it: mocked, since
-    no GPU tool here can be made to answer both ways at the right moments of a real session."""
+def test_a_session_that_found_no_gpu_before_its_install_and_one_after_stops_and_says_so(tmp_path, monkeypatch):
+    """A GPU tool that timed out before the install and listed a GPU for the environment record after it: mocked,
+    since no GPU tool here can be made to answer both ways at the right moments of a real session."""
     import noxfile
 
-    gpu = DetectedHost(Host.LINUX, Stack.CUDA, (6, 8, 0), "NVIDIA H200", "nvidia-smi lists 1 GPU(s)")
-    monkeypatch.setattr(noxfile, "detected_plan", lambda cells, require_native=False: Plan.for_host(cells, gpu))
-    session = RecordingSession("gate", tmp_path, ["--cells", "cuda-linux-v1-graph"])
+    monkeypatch.setattr(noxfile, "detected_plan", lambda cells, require_native=False: read_as_recorded(cells))
+    gpu = {"detected": "linux", "stack": "cuda", "stack_reason": "nvidia-smi lists 1 GPU(s)"}
+    record = RECORD | {"host": gpu, "gpu": {"devices": [{"name": "NVIDIA H200"}]}}
+    session = RecordingSession("gate", tmp_path, ["--cells", "cuda-linux-v1-graph"], record)
     with pytest.raises(AssertionError) as stopped:
         noxfile.gate(session)
     assert str(stopped.value).startswith(
-        "this machine read differently once vLLM was installed: before, a GPU for these cells (nvidia-smi lists 1 "
-        "GPU(s)); in its environment record, no GPU for these cells (no GPU). The install followed the first reading"
+        "this machine read as having no GPU for these cells before the install (no GPU), so only the gate's vLLM was "
+        "installed, but its environment record finds one (nvidia-smi lists 1 GPU(s)): run the session again"
     )
-    assert [step[:2] for step in kit_steps(session)] == [["matrix", "env"]], "a cell ran against the wrong install"
-    assert any("vllm==" in " ".join(args) and "--no-deps" not in args for args, _ in session.installs)
+    assert [step[:2] for step in kit_steps(session)] == [["matrix", "env"]], "a cell ran against the gate's install"
+    # The other way round (a GPU before, none after), vLLM's full install serves the gate-only cells: they run.
+    gpu_host = EnvironmentRecord(record).detected
+    monkeypatch.setattr(noxfile, "detected_plan", lambda cells, require_native=False: Plan.for_host(cells, gpu_host))
+    again = RecordingSession("gate", tmp_path / "again", ["--cells", "cuda-linux-v1-graph"])
+    again.tmp.mkdir()
+    noxfile.gate(again)
+    assert [step[:2] for step in kit_steps(again)][:3] == [
+        ["matrix", "env"],
+        ["matrix", "plan"],
+        ["pytest", "tests/cell/test_gate.py"],
+    ]
 
 
 @pytest.mark.reads_host
