@@ -58,15 +58,12 @@ class CaseRecord:
     name: str
     attempts: tuple[Attempt, ...]
     properties: Mapping[str, str]  # as the file states them (the wire format: every value a string)
+    facts: CaseFacts  # what of them a case states in the kit's own terms: read once, when the case is judged
     status: Status
     expected: str | None = None
     rule: str | None = None
     issue: str | None = None
     earlier: int = 0  # the first attempts, from earlier runs of the cell: kept, not judged
-
-    @property
-    def facts(self) -> CaseFacts:
-        return CaseFacts.from_properties(self.properties)
 
     @property
     def message(self) -> str:
@@ -188,7 +185,7 @@ def judge_case(case: ReadCase, expected_for: Resolver) -> CaseRecord:
         # Only a known failure (its case names the issue) can be fixed: pytest's "[XPASS(strict)]" on any
         # other case is text a failing test wrote, and a failure.
         status = Status.REGRESSION
-    judged = CaseRecord(case.classname, case.name, attempts, case.properties, status, earlier=case.latest)
+    judged = CaseRecord(case.classname, case.name, attempts, case.properties, facts, status, earlier=case.latest)
     if judged.status is Status.FLAKY:
         return judged
     decision = facts.decision
@@ -207,6 +204,7 @@ def judge_case(case: ReadCase, expected_for: Resolver) -> CaseRecord:
         case.name,
         attempts,
         case.properties,
+        facts,
         status,
         str(expected.value),
         expected.rule.id,
