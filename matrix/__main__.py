@@ -24,6 +24,7 @@ from matrix.errors import MatrixError
 from matrix.host import facts
 from matrix.host.here import detected_plan
 from matrix.host.record import EnvironmentRecord
+from matrix.layout import EVIDENCE_STORE
 from matrix.plan import Execution, Plan, load_plan
 from matrix.releases import VLLM_VERSION
 from matrix.report.visible import visible
@@ -178,6 +179,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         max_age_days=args.max_age_days,
         probes=args.probes,
         benches=args.bench,
+        store=Path(args.evidence) if args.evidence else None,
     )
 
 
@@ -229,6 +231,28 @@ def cmd_import_run(args: argparse.Namespace) -> int:
             shutil.copy(imported.probe, probes)
         inputs = [str(out) for out in imported.directories.values()]
         return write_report(inputs, Path(args.report), probes=probes)
+
+
+def cmd_evidence_add(args: argparse.Namespace) -> int:
+    from matrix.evidence import Source, add, render
+    from matrix.report.claims import load_claims
+
+    if args.source == "runner" and not args.runners:
+        raise MatrixError(
+            "--source runner needs --runners FILE, the night's plan: without it any artifact speaks for any cell"
+        )
+    store = Path(args.store)
+    claims = load_claims(args.runners, args.inputs) if args.runners else None
+    try:
+        source = Source(args.source)
+    except ValueError:
+        raise MatrixError(f"--source {args.source!r}: one of {', '.join(Source)}") from None
+    added = add(args.inputs, store, source, claims)
+    print(render(added, store))
+    if args.github_output:
+        with open(args.github_output, "a", encoding="utf-8") as out:
+            out.write(f"added={len(added.new)}\n")
+    return 0
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -340,7 +364,32 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--max-age-days", type=float, help="results older than this are stale")
     report.add_argument("--bench", help="a directory of benchmark records (`python -m repro bench`) to show")
     report.add_argument("--probes", help="a directory of probe records (`python -m repro probe --out`) to cite")
+    report.add_argument(
+        "--evidence",
+        metavar="STORE",
+        help="also every record of this evidence store (docs/evidence/runs), each result saying where it came from",
+    )
     report.set_defaults(func=cmd_report)
+
+    evidence = sub.add_parser("evidence", help="the evidence store: the results GPUs gave, kept in the repository")
+    evidence_sub = evidence.add_subparsers(dest="action", required=True)
+    keep = evidence_sub.add_parser(
+        "add", help="keep each native or emulated cell result of these JUnit files in the store, once"
+    )
+    keep.add_argument("inputs", nargs="+", help="JUnit files, directories or globs (a results tree, artifacts/)")
+    keep.add_argument(
+        "--source",
+        required=True,
+        help="runner: a night's artifacts (give --runners); maintainer: your own run (the offline GPU run's results)",
+    )
+    keep.add_argument("--store", default=str(EVIDENCE_STORE), help=f"the store (default: {EVIDENCE_STORE})")
+    keep.add_argument(
+        "--runners",
+        metavar="FILE",
+        help="the night's plan (`plan --format runners`): a result counts only from the artifact of its cell's runner",
+    )
+    keep.add_argument("--github-output", metavar="FILE", help="append added=<new records> to this file (a step's)")
+    keep.set_defaults(func=cmd_evidence_add)
 
     imp = sub.add_parser(
         "import-run", help="the folder an offline GPU run gave back ($OUT) into results/<vLLM>/<group>/, and its report"

@@ -6,7 +6,8 @@ splits that run into ``results/<cell-id>.xml`` files and stamps each suite with
 the envelope of provenance properties that the report reads. It writes the cases
 the kit makes itself too (a cell without results, a misrouted cell, cases an
 offline run's deadline left unrun), with the standard library only: a runner's
-bare Python writes the misrouted ones before anything is installed.
+bare Python writes the misrouted ones before anything is installed. And it writes the
+record of one cell's run that the evidence store keeps (matrix.evidence).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from xml.etree.ElementTree import Element, SubElement, tostring
 
 from matrix.case_facts import CaseFacts
-from matrix.envelope import RunInfo, envelope
+from matrix.envelope import Envelope, RunInfo, envelope
 from matrix.errors import MatrixError
 from matrix.files import write_file
 from matrix.plan import CellPlan
@@ -54,6 +55,12 @@ def properties(elem: Element) -> dict[str, str]:
     return props
 
 
+def _add_properties(parent: Element, props: Mapping[str, str]) -> None:
+    container = SubElement(parent, "properties")
+    for name, value in props.items():
+        SubElement(container, "property", name=name, value=value)
+
+
 def kit_case(
     classname: str, name: str, outcome: str, message: str, kind: str, props: Mapping[str, str] | None = None
 ) -> Element:
@@ -62,9 +69,7 @@ def kit_case(
         raise ValueError(f"a case's outcome is one of {_OUTCOMES}, not {outcome!r}")
     case = Element("testcase", classname=classname, name=name, time="0")
     if props:
-        container = SubElement(case, "properties")
-        for key, value in props.items():
-            SubElement(container, "property", name=key, value=value)
+        _add_properties(case, props)
     SubElement(case, outcome, message=message, type=kind)
     return case
 
@@ -87,9 +92,7 @@ def read_cases(path: Path) -> list[Element]:
 def cell_suite(plan: CellPlan, cases: list[Element], run: RunInfo, no_results: str) -> Element:
     """The cell's suite: its envelope, and its cases (those of no cell belong to every cell), or one saying why none."""
     suite = Element("testsuite", name=plan.cell.id, timestamp=run.started_at, hostname=run.runner_name)
-    container = SubElement(suite, "properties")
-    for name, value in envelope(plan, run).to_properties().items():
-        SubElement(container, "property", name=name, value=value)
+    _add_properties(suite, envelope(plan, run).to_properties())
     mine = [c for c in cases if CaseFacts.from_properties(properties(c)).cell in (plan.cell.id, None)]
     # A cell with no test case must still say why, never vanish.
     suite.extend(mine or [kit_case("matrix.session", NO_RESULTS, "error", no_results, "NoResults")])
@@ -111,6 +114,36 @@ def cell_file(plan: CellPlan, cases: list[Element], run: RunInfo, no_results: st
     """The bytes of ``<cell>.xml``: one ``<testsuites>`` holding the cell's suite."""
     root = Element("testsuites", name=plan.cell.id)
     root.append(cell_suite(plan, cases, run, no_results))
+    return tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+# How many characters of a failure's type a kept record holds (its message is bounded by the report's reader).
+TYPE_LIMIT = 200
+
+
+def record_file(kept: Envelope, cases: list[Element]) -> bytes:
+    """One cell's run as the evidence store keeps it (matrix.evidence): its envelope, and each case's name,
+    properties, outcome and message, nothing else; the same bytes whenever the same run is read, whatever held it."""
+    from matrix.report.reading import ERROR, FAILED, SKIPPED, XFAIL, outcome
+
+    tags = {ERROR: "error", FAILED: "failure"}
+    cell = kept.cell.id
+    root = Element("testsuites", name=cell)
+    suite = SubElement(root, "testsuite", name=cell, timestamp=kept.started_at, tests=str(len(cases)))
+    _add_properties(suite, kept.to_properties())
+    for case in cases:
+        record = SubElement(suite, "testcase", classname=case.get("classname", ""), name=case.get("name", ""))
+        props = properties(case)
+        if props:
+            _add_properties(record, props)
+        result, message = outcome(case)
+        if result in tags:
+            first = next(child for child in case if child.tag == tags[result])
+            SubElement(record, tags[result], message=message, type=(first.get("type") or "")[:TYPE_LIMIT])
+        elif result == XFAIL:
+            SubElement(record, "skipped", message=message, type="pytest.xfail")
+        elif result == SKIPPED:
+            SubElement(record, "skipped", message=message)
     return tostring(root, encoding="utf-8", xml_declaration=True)
 
 

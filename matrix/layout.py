@@ -28,3 +28,7 @@ def run_dir(root: Path, release: str, group: str, image: str = "") -> Path:
     """
     name = f"{group}@{_slug(image)}" if image else group
     return root / _slug(release) / name
+
+
+# Where every GPU's result is kept, in the repository (matrix.evidence); relative to the kit's root.
+EVIDENCE_STORE = Path("docs/evidence/runs")

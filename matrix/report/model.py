@@ -12,6 +12,7 @@ from pathlib import Path
 
 from matrix.cells import Host, Mode, ModelClass, Runner, Stack
 from matrix.errors import MatrixError
+from matrix.evidence import Source, origin
 from matrix.expectations import Rule, default_runner_key, load_rules, release_version
 from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
@@ -108,6 +109,7 @@ class Evidence:
     counts: tuple[tuple[str, int], ...] | None = None  # superseded: (status, cases), by status
     passed: bool | None = None  # probe: did the mechanism work
     bench: BenchSummary | None = None  # bench
+    origin: Source | None = None  # emulated, native: who brought the record into the evidence store; None: not from it
 
 
 @dataclass
@@ -124,6 +126,7 @@ class Report:
     verdicts: dict[tuple[str, str], CellVerdicts] = field(default_factory=dict)  # (vLLM, cell id)
     # Cells of runs that crashed before vLLM answered (no release to place them in): shown, never a release.
     unplaced: list[CellReport] = field(default_factory=list)
+    store: Path | None = None  # the evidence store read beside the inputs
 
     def bench(self, cell: CellReport) -> BenchSummary | None:
         """The cell's latest benchmark of its own release."""
@@ -141,6 +144,10 @@ class Report:
     def verdicts_of(self, cell: CellReport) -> CellVerdicts:
         return self.verdicts[(cell.vllm, cell.cell.id)]
 
+    def origin(self, cell: CellReport) -> Source | None:
+        """Who brought the cell's result into the evidence store, where the report read it from there."""
+        return origin(cell.file, self.store) if self.store is not None and cell.file else None
+
     def evidence(self, cell: CellReport) -> list[Evidence]:
         """What a cell's result rests on: its own run, weaker results, probes and benchmarks of its host."""
         env = cell.envelope
@@ -150,9 +157,10 @@ class Report:
             if env.execution is Execution.GATE_ONLY:
                 found.append(Evidence(EvidenceKind.GATE_ONLY, date, cell.vllm))
             elif env.execution is Execution.EMULATED:
-                found.append(Evidence(EvidenceKind.EMULATED, date, env.gpu or "?"))
+                found.append(Evidence(EvidenceKind.EMULATED, date, env.gpu or "?", origin=self.origin(cell)))
             elif env.execution is Execution.NATIVE:
-                found.append(Evidence(EvidenceKind.NATIVE, date, env.gpu or "?", runner=env.runner_name or "?"))
+                runner = env.runner_name or "?"
+                found.append(Evidence(EvidenceKind.NATIVE, date, env.gpu or "?", runner, origin=self.origin(cell)))
         for execution, cases in cell.superseded.items():
             counts = tuple(sorted(status_counts(cases).items()))
             found.append(Evidence(EvidenceKind.SUPERSEDED, "", "", execution=execution, counts=counts))
@@ -325,6 +333,11 @@ def load_probes(directory: str | None) -> list[Probe]:
     return [read_probe(path) for path in sorted(Path(directory).glob("*.json"))]
 
 
+def _records(store: Path | None) -> list[str]:
+    """The store's records, if it holds any (an input directory without one is an error; an empty store is not)."""
+    return [str(store)] if store is not None and any(store.rglob("*.xml")) else []
+
+
 # Every release costs each output a grid of all 24 cells however little of it the inputs hold: a 300 KB file
 # naming 1,000 releases made 109 MB of report. Bounded, the outputs grow with the inputs' cases, not with the
 # names they make up; the published history has 13 releases.
@@ -342,17 +355,22 @@ def build_report(
     probes: str | None = None,
     benches: str | None = None,
     claims: Claims | None = None,
+    store: Path | None = None,
 ) -> Report:
     if max_age_days is not None and not (math.isfinite(max_age_days) and max_age_days >= 0):
         # nan compares false with every age and inf exceeds none: either would turn the staleness check off.
         raise MatrixError(f"--max-age-days {max_age_days:g}: give a number of days, 0 or more")
+    if store is not None and claims is not None:
+        # The store's records were checked against their own night's plan when they were added; this night's
+        # claims would refuse them all, since no runner of tonight's uploaded them.
+        raise MatrixError("--evidence with --runners: report a night's artifacts, or the store, not both at once")
     now = now or dt.datetime.now(dt.UTC)
     # Hundreds of thousands of small records and no reference cycles: the cyclic
     # collector would rescan them all again and again, making time grow faster than input.
     rules, verdict_rules = load_rules(), load_verdict_rules()
     gc.disable()
     try:
-        read = read_inputs(inputs, claims)
+        read = read_inputs([*inputs, *_records(store)], claims)
         releases = {vllm for vllm, _, _ in read.groups}
         if len(releases) > MAX_RELEASES:
             raise MatrixError(
@@ -375,6 +393,7 @@ def build_report(
         benches=latest_per_cell(benches),
         verdicts=judge_verdicts(versions, verdict_rules),
         unplaced=unplaced,
+        store=store,
     )
     if previous is not None:
         report.diff = compare(previous, versions)

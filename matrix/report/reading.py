@@ -62,6 +62,7 @@ class CellGroup:
     """Everything the inputs say about one cell under one vLLM release."""
 
     envelopes: list[Envelope] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # the file each envelope was read from, in the same order
     cases: dict[tuple[str, str], ReadCase] = field(default_factory=dict)
 
 
@@ -222,35 +223,35 @@ def read_file(path: str, into: Inputs) -> None:
     except UnreadableError as exc:
         into.unreadable.append(Problem(path, str(exc)))
         return
-    suites, stray = _suites(root)
+    found, stray = suites(root)
     if stray:
         reason = f"{len(stray)} testcase(s) outside any <testsuite>, so in no cell"
         into.testcases_read += len(stray)
         into.unattributed.append(_unplaced(path, reason, stray))
-    elif not suites:
+    elif not found:
         into.unattributed.append(Problem(path, "no test suite in the file"))
-    for suite in suites:
+    for suite in found:
         _read_suite(path, suite, into)
 
 
 @dataclass(frozen=True, slots=True)
-class _Suite:
+class Suite:
     """A ``<testsuite>`` and the cases it owns: those beneath it and no deeper suite, through any wrapper element."""
 
     name: str
     props: dict[str, str]  # its own properties over those of the suites around it
     cases: list[Element]
-    nested: list[_Suite]
+    nested: list[Suite]
 
 
-def _suites(root: Element) -> tuple[list[_Suite], list[Element]]:
+def suites(root: Element) -> tuple[list[Suite], list[Element]]:
     """Every suite in document order (outer before inner), and the testcases no suite owns.
 
     A loop, not recursion: a hostile file nests thousands of elements deep.
     """
-    suites: list[_Suite] = []
+    found: list[Suite] = []
     stray: list[Element] = []
-    stack: list[tuple[Element, _Suite | None]] = [(root, None)]
+    stack: list[tuple[Element, Suite | None]] = [(root, None)]
     while stack:
         elem, owner = stack.pop()
         if elem.tag == "testcase":
@@ -260,15 +261,15 @@ def _suites(root: Element) -> tuple[list[_Suite], list[Element]]:
                 owner.cases.append(elem)
         elif elem.tag == "testsuite":
             inherited = owner.props if owner is not None else {}
-            suite = _Suite(elem.get("name", ""), {**inherited, **properties(elem)}, [], [])
+            suite = Suite(elem.get("name", ""), {**inherited, **properties(elem)}, [], [])
             if owner is not None:
                 owner.nested.append(suite)
-            suites.append(suite)
+            found.append(suite)
             owner = suite
         # Pushed in reverse so they come off the stack in document order: reruns keep their order.
         stack.extend((child, owner) for child in reversed(elem))
     # A suite holding only suites is a container: its nested suites carry the cases.
-    return [s for s in suites if s.cases or not s.nested], stray
+    return [s for s in found if s.cases or not s.nested], stray
 
 
 def run_order(started_at: str) -> tuple[int, float, str]:
@@ -284,7 +285,7 @@ def run_order(started_at: str) -> tuple[int, float, str]:
     return (1, started.timestamp(), "")
 
 
-def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
+def _read_suite(path: str, suite: Suite, into: Inputs) -> None:
     children, props, suite_name = suite.cases, suite.props, suite.name
     into.testcases_read += len(children)
     if not props.get("cell_id"):
@@ -312,6 +313,7 @@ def _read_suite(path: str, suite: _Suite, into: Inputs) -> None:
     key = (envelope.vllm_version or "unknown", envelope.cell.id, execution)
     group = into.groups.setdefault(key, CellGroup())
     group.envelopes.append(envelope)
+    group.files.append(path)
     # Every passing case of a suite has the same attempt (passed, no message, this file): one shared value.
     passed = (Attempt(PASSED, "", path),)
     for index, child in enumerate(children):

@@ -77,6 +77,7 @@ class CellReport:
     status: Status
     reason: str = ""
     envelope: Envelope | None = None  # None: no input mentions the cell
+    file: str = ""  # the file the newest envelope was read from
     cases: list[CaseRecord] = field(default_factory=list)
     age_days: float | None = None
     underlying: Status | None = None  # what a stale cell showed
@@ -343,7 +344,8 @@ def _cell_report(
             return CellReport(cell, vllm, Status.CRASHED, reason, runner=runner)
         reason = f"no native result from its runner ({runner})" if runner else "no input mentions this cell"
         return CellReport(cell, vllm, Status.MISSING, reason, runner=runner)
-    newest = max(group.envelopes, key=lambda e: e.started_at)
+    index = max(range(len(group.envelopes)), key=lambda i: group.envelopes[i].started_at)
+    newest = group.envelopes[index]
     expected = resolver(rules, cell, vllm)
     cases = [judge_case(case, expected) for case in group.cases.values()]
     report = CellReport(
@@ -351,6 +353,7 @@ def _cell_report(
         vllm,
         _cell_status(cases),
         envelope=newest,
+        file=group.files[index],
         cases=cases,
         age_days=_age_days(newest.started_at, now),
         runner=runner,

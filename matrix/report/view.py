@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matrix.cells import AXES, CELLS, WSL2_PIN_KERNEL, Axis, Cell, Host, Mode, ModelClass, Runner, Stack
+from matrix.evidence import Source
 from matrix.questions import MODEL_CLASS_WORDS
 from matrix.report.claims import Suspect
 from matrix.report.model import COLUMNS, ROWS, Contradiction, Diff, Evidence, EvidenceKind, Report, detail_rows
@@ -104,9 +105,10 @@ def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
         case EvidenceKind.GATE_ONLY:
             return f"predicted: vLLM {evidence.source}'s own code decides, without a GPU (gate-only)", evidence.date, ""
         case EvidenceKind.EMULATED:
-            return f"emulated on {evidence.source}: native Linux, the uname presented as the cell's", evidence.date, ""
+            what = f"emulated on {evidence.source}: native Linux, the uname presented as the cell's"
+            return what, evidence.date, _origin_words(evidence)
         case EvidenceKind.NATIVE:
-            return f"native run on {evidence.source}, runner {evidence.runner}", evidence.date, ""
+            return f"native run on {evidence.source}, runner {evidence.runner}", evidence.date, _origin_words(evidence)
         case EvidenceKind.SUPERSEDED:
             counts = ", ".join(f"{n} {status}" for status, n in evidence.counts or ())
             return f"also a {evidence.execution} result, not used for the status", counts, ""
@@ -124,6 +126,16 @@ def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
                 f"vLLM {bench.vllm_version}, concurrency {bench.concurrency}",
                 f": {bench.verdict}",
             )
+
+
+ORIGIN_WORDS = {
+    Source.RUNNER: "a self-hosted runner's nightly result, kept in the evidence store",
+    Source.MAINTAINER: "a maintainer's own run, added to the evidence store by hand",
+}
+
+
+def _origin_words(evidence: Evidence) -> str:
+    return f", {ORIGIN_WORDS[evidence.origin]}" if evidence.origin is not None else ""
 
 
 def default_runners_sentence(runners: Mapping[str, str | None]) -> str:

@@ -36,6 +36,7 @@ def write_report(
     max_age_days: float | None = None,
     probes: str | None = None,
     benches: str | None = None,
+    store: Path | None = None,
 ) -> int:
     """The report of ``inputs`` (result directories or files) in ``out``; its summary on stdout, each reason it
     fails on stderr. 1 where a cell regressed, crashed, is misrouted or missing, a result's claim is suspect or a
@@ -50,6 +51,7 @@ def write_report(
             probes=probes,
             benches=benches,
             claims=load_claims(runners, list(inputs)) if runners else None,
+            store=store,
         )
     except InputError as exc:
         raise MatrixError(str(exc)) from None

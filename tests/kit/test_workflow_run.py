@@ -154,27 +154,31 @@ def runner_artifacts(workspace: Path, jobs: list[dict], honest: bool) -> Path:
 REPORT_INSTALL = "python -m pip install --no-deps -r requirements/report.txt"
 
 
+def job_step(job: str, name: str, workspace: Path, **env: str) -> subprocess.CompletedProcess:
+    """One step of ``job`` as matrix.yml writes it, run in ``workspace`` with the variables a runner sets."""
+    script = step(job, name)["run"]
+    install, _, rest = script.partition("\n")
+    if install == REPORT_INSTALL:  # done already: this test's Python has what the lock pins (test_workflows)
+        script = rest
+    temp = workspace / "runner-temp"
+    temp.mkdir(exist_ok=True)
+    runner = {
+        "RUNNER_TEMP": str(temp),
+        "GITHUB_STEP_SUMMARY": str(workspace / "step-summary.md"),
+        "GITHUB_OUTPUT": str(workspace / "step-outputs"),
+        # The kit under test, not the workspace's copy of it (a job's checkout is the kit itself).
+        "PYTHONPATH": str(ROOT),
+    }
+    return bash(script, workspace, **runner, **env)
+
+
 def report(workspace: Path, planned: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict, str]:
     """The report job's step, as matrix.yml writes it, on the downloaded artifacts."""
-    script = step("report", "Report")["run"]
-    install, _, rest = script.partition("\n")
-    assert install == REPORT_INSTALL  # done already: this test's Python has what the lock pins (test_workflows)
-    (workspace / "docs" / "matrix").mkdir(parents=True)
-    shutil.copy(ROOT / "docs" / "matrix" / "compat.json", workspace / "docs" / "matrix" / "compat.json")
-    temp = workspace / "runner-temp"
-    temp.mkdir()
-    summary = workspace / "step-summary.md"
-    done = bash(
-        rest,
-        workspace,
-        RUNNERS=planned["runners"],
-        RUNNER_TEMP=str(temp),
-        GITHUB_STEP_SUMMARY=str(summary),
-        GITHUB_OUTPUT=str(workspace / "step-outputs"),
-    )
-    compat = json.loads((workspace / "site" / "compat.json").read_text())
-    assert summary.read_text() == (workspace / "site" / "COMPATIBILITY.md").read_text()
-    return done, compat, summary.read_text()
+    done = job_step("report", "Report the night", workspace, RUNNERS=planned["runners"])
+    compat = json.loads((workspace / "night" / "compat.json").read_text())
+    summary = (workspace / "step-summary.md").read_text()
+    assert summary == (workspace / "night" / "COMPATIBILITY.md").read_text()
+    return done, compat, summary
 
 
 def statuses(compat: dict) -> dict[str, dict]:
@@ -288,3 +292,87 @@ def test_the_cell_jobs_tools_go_into_a_venv_of_the_jobs_own(tmp_path):
         version = subprocess.run([str(Path(tools) / tool), "--version"], capture_output=True, text=True, check=False)
         assert version.returncode == 0, version.stderr
     assert not any("--user" in line for s in JOBS["cell"]["steps"] for line in s.get("run", "").splitlines())
+
+
+def git(where: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.fixture
+def published(tmp_path) -> tuple[Path, Path]:
+    """The repository a night's publish job checks out (the published matrix, its history and the doctor's part:
+    what the job reads and writes) and the remote it pushes to."""
+    origin, workspace = tmp_path / "origin.git", tmp_path / "workspace"
+    git(tmp_path, "init", "--quiet", "--bare", "--initial-branch=main", str(origin))
+    for name in ("docs/evidence/history.tar.xz", "docs/matrix/compat.json", "matrix/doctor/matrix.json"):
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, workspace / name)
+    git(workspace, "init", "--quiet", "--initial-branch=main")
+    git(workspace, "add", ".")
+    git(workspace, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "published")
+    git(workspace, "remote", "add", "origin", str(origin))
+    git(workspace, "push", "--quiet", "origin", "main")
+    return workspace, origin
+
+
+def publish_job(workspace: Path, planned: dict[str, str]) -> tuple[dict[str, str], str]:
+    """The publish job's steps as matrix.yml writes them, each where its condition holds; the job's outputs
+    (its site step's) and its summary."""
+    outputs = workspace / "step-outputs"
+    done = job_step("publish", "Keep the night's GPU results", workspace, RUNNERS=planned["runners"])
+    assert done.returncode == 0, done.stderr
+    added = dict(line.split("=", 1) for line in outputs.read_text().splitlines())["added"]
+    steps = {s.get("name", s.get("uses", "")): s.get("if", "") for s in JOBS["publish"]["steps"]}
+    assert steps["The matrix of every release, from the history and the whole store"] == (
+        "${{ steps.store.outputs.added != '0' }}"
+    )
+    assert steps["Say why nothing is deployed"] == "${{ steps.store.outputs.added == '0' }}"
+    outputs.write_text("")
+    if added != "0":
+        url = "https://example.invalid/run/1"
+        github = {"GITHUB_REF_NAME": "main", "GITHUB_SERVER_URL": "https://example.invalid", "GITHUB_TOKEN": "t"}
+        done = job_step("publish", "The matrix of every release", workspace, ADDED=added, RUN_URL=url, **github)
+    else:
+        done = job_step("publish", "Say why nothing is deployed", workspace)
+    assert done.returncode == 0, done.stderr
+    site = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    return site, (workspace / "step-summary.md").read_text()
+
+
+def test_a_night_with_gpu_results_keeps_them_pushes_the_matrix_of_every_release_and_deploys_it(published, planned):
+    workspace, origin = published
+    jobs = [job for job in json.loads(planned["matrix"])["include"] if job["name"] == "cuda-wsl2new"]
+    runner_artifacts(workspace, jobs, honest=True)
+    before = json.loads((workspace / "docs" / "matrix" / "compat.json").read_text())
+    outputs, summary = publish_job(workspace, planned)
+    assert outputs == {"deploy": "true"}
+    assert summary.startswith("4 new record(s) in docs/evidence/runs, 0 already there")
+    # Pushed: the records, the matrix made with them and the doctor's part of it, in one commit.
+    pushed = git(origin, "show", "--stat", "--format=%s", "main")
+    assert pushed.startswith("Evidence: 4 new GPU result(s) from https://example.invalid/run/1")
+    records = git(origin, "ls-tree", "-r", "--name-only", "main", "docs/evidence/runs").split()
+    assert sorted(Path(r).parts[3:6] for r in records) == [
+        (VLLM_VERSION, c, "runner") for c in sorted(jobs[0]["cells"])
+    ]
+    assert "docs/matrix/compat.json" in pushed and "matrix/doctor/matrix.json" in pushed
+    site = json.loads((workspace / "site" / "compat.json").read_text())
+    assert [v["vllm"] for v in site["versions"]] == [v["vllm"] for v in before["versions"]]  # every release
+    cells = {c["id"]: c for c in site["versions"][0]["cells"]}
+    assert all(cells[c]["evidence"][0].startswith("native run") for c in jobs[0]["cells"])
+    assert "runner faked-runner" in cells["cuda-wsl2new-v2-graph"]["evidence"][0]
+    assert site["diff"]["went_missing"] == []  # like with like: every release in both
+    doctor = json.loads(git(origin, "show", "main:matrix/doctor/matrix.json"))
+    assert "native run" in json.dumps(doctor)
+
+
+def test_a_night_with_every_runner_down_deploys_nothing_and_says_why(published, planned):
+    workspace, origin = published
+    head = git(origin, "rev-parse", "main")
+    runner_artifacts(workspace, [], honest=True)  # the gate job's predictions alone
+    outputs, summary = publish_job(workspace, planned)
+    assert outputs == {}  # no deploy output: the deploy job's condition is false
+    assert JOBS["deploy"]["if"] == "${{ needs.publish.outputs.deploy == 'true' && github.ref == 'refs/heads/main' }}"
+    assert summary.startswith("0 new record(s) in docs/evidence/runs, 0 already there")
+    assert "Nothing deployed: the night brought no new GPU result" in summary
+    assert git(origin, "rev-parse", "main") == head and not (workspace / "site").exists()

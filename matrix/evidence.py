@@ -1,0 +1,176 @@
+"""The evidence store: every result a GPU gave, kept in the repository, one small record per cell and run.
+
+The history (``docs/evidence/history.tar.xz``) holds the predictions, recomputed from vLLM's code whenever
+the kit changes. What no recomputation can give back is a run on a real GPU: a self-hosted runner's night,
+the offline GPU run, a maintainer's container run. Those are kept here, by vLLM release, cell and source,
+as ``<store>/<vLLM>/<cell>/<source>/<date>-<execution>-<digest>.xml``: the cell's suite from that run,
+normalized (its envelope, and each case's name, properties, outcome and message, nothing else), named by
+the digest of its bytes, so the same run added twice is kept once. Records are only ever added: a night
+that brings less than the one before takes nothing away. ``publish``, the report the nightly workflow
+deploys and, through the published matrix, the doctor all read the whole store beside the history; per
+cell the strongest result wins (``matrix.plan.Execution.strength``) and the report says where it came from.
+
+Predictions are not kept (the history owns them), nor a misrouted runner's cells (no answer of vLLM's),
+nor a run that names no release; each is said, with every file that was not kept and why.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from xml.etree.ElementTree import Element
+
+from matrix.envelope import Envelope
+from matrix.errors import MatrixError
+from matrix.expectations import release_version
+from matrix.files import write_file
+from matrix.junit import record_file
+from matrix.plan import Execution
+from matrix.report.claims import Claims
+from matrix.report.reading import InputError, UnreadableError, expand, parse, suites
+from matrix.report.visible import visible
+
+
+class Source(enum.StrEnum):
+    """Who brought a record into the store."""
+
+    RUNNER = "runner"  # a self-hosted runner's nightly artifact, checked against the night's plan (--runners)
+    MAINTAINER = "maintainer"  # a run a maintainer added by hand: the offline GPU run, a container run
+
+
+@dataclass(frozen=True, slots=True)
+class NotKept:
+    path: str
+    cell: str  # "" where the file names none
+    reason: str
+
+
+@dataclass
+class Added:
+    """What one ``add`` did: every suite read is in exactly one of the three."""
+
+    new: list[Path] = field(default_factory=list)
+    already: list[Path] = field(default_factory=list)
+    not_kept: list[NotKept] = field(default_factory=list)
+
+
+_RECORD = re.compile(r"^(?:\d{4}-\d\d-\d\d|undated)-[a-z-]+-[0-9a-f]{16}\.xml$")
+
+
+def origin(path: str, store: Path) -> Source | None:
+    """The source of a file the report read, where it is a record of ``store``; None for any other file."""
+    try:
+        parts = Path(path).resolve().relative_to(store.resolve()).parts
+    except ValueError:
+        return None
+    if len(parts) != 4 or not _RECORD.match(parts[3]):
+        return None
+    try:
+        return Source(parts[2])
+    except ValueError:
+        return None
+
+
+def add(inputs: list[str], store: Path, source: Source, claims: Claims | None = None) -> Added:
+    """Each cell suite in ``inputs`` (JUnit files, directories, globs) that is a GPU's answer, kept in ``store``.
+
+    ``claims`` (a night's plan): a native or emulated suite counts only from the artifact of the runner its
+    cell was given to, as in the report; anything else is not kept, and said.
+    """
+    try:
+        files, refused = expand(inputs)
+    except InputError as exc:
+        raise MatrixError(str(exc)) from None
+    added = Added(not_kept=[NotKept(p.path, "", p.reason) for p in refused])
+    for path in files:
+        try:
+            root = parse(path)
+        except UnreadableError as exc:
+            added.not_kept.append(NotKept(path, "", str(exc)))
+            continue
+        found, stray = suites(root)
+        if stray or not found:
+            added.not_kept.append(NotKept(path, "", "testcases outside any cell's suite" if stray else "no suite"))
+        for suite in found:
+            _keep(path, suite.props, suite.cases, store, source, claims, added)
+    return added
+
+
+def _keep(
+    path: str,
+    props: dict[str, str],
+    cases: list[Element],
+    store: Path,
+    source: Source,
+    claims: Claims | None,
+    added: Added,
+) -> None:
+    try:
+        envelope = Envelope.from_properties(props)
+    except MatrixError as exc:
+        added.not_kept.append(NotKept(path, props.get("cell_id", ""), f"no cell envelope: {exc}"))
+        return
+    cell = envelope.cell.id
+    why_not = _why_not_kept(path, envelope, len(cases), claims)
+    if why_not:
+        added.not_kept.append(NotKept(path, cell, why_not))
+        return
+    data = record_file(envelope, cases)
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    folder = store / envelope.vllm_version / cell
+    present = sorted(folder.glob(f"*/*-{digest}.xml"))
+    if present:
+        added.already.append(present[0])
+        return
+    execution = envelope.execution.value if envelope.execution else ""
+    name = f"{_date(envelope.started_at)}-{execution}-{digest}.xml"
+    added.new.append(write_file(folder / source.value, name, data))
+
+
+def _why_not_kept(path: str, envelope: Envelope, testcases: int, claims: Claims | None) -> str:
+    execution = envelope.execution
+    if execution is None:
+        return "no execution in its envelope"
+    if execution is Execution.GATE_ONLY:
+        return "a prediction (gate-only): the history keeps those"
+    if execution is Execution.MISROUTED:
+        return "a misrouted runner's cell: no answer of vLLM's"
+    if release_version(envelope.vllm_version) is None or not re.fullmatch(r"[0-9A-Za-z.+!-]+", envelope.vllm_version):
+        return f"names no vLLM release ({envelope.vllm_version!r})"
+    if envelope.contradiction:
+        return f"its envelope contradicts itself: {envelope.contradiction}"
+    if claims is not None:
+        suspect = claims.suspect(path, envelope, testcases)
+        if suspect is not None:
+            artifact = suspect.artifact or "no artifact"
+            return f"a {execution.value} result from {artifact}, which the night's plan did not give this cell"
+    return ""
+
+
+def _date(started_at: str) -> str:
+    try:
+        return dt.datetime.fromisoformat(started_at).date().isoformat()
+    except (TypeError, ValueError):
+        return "undated"
+
+
+# How many files a reason for not keeping them names; the rest are counted.
+NAMED = 3
+
+
+def render(added: Added, store: Path) -> str:
+    """What ``add`` did, in a few lines: the new records by name, the others counted, each reason once."""
+    lines = [f"{len(added.new)} new record(s) in {store}, {len(added.already)} already there"]
+    lines += [f"  new: {path}" for path in added.new]
+    reasons: dict[str, list[NotKept]] = {}
+    for item in added.not_kept:
+        reasons.setdefault(item.reason, []).append(item)
+    for reason, items in reasons.items():
+        named = ", ".join(f"{i.path}" + (f" ({i.cell})" if i.cell else "") for i in items[:NAMED])
+        more = f" and {len(items) - NAMED} more" if len(items) > NAMED else ""
+        lines.append(visible(f"  not kept, {len(items)} suite(s): {reason}: {named}{more}"))
+    return "\n".join(lines)

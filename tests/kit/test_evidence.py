@@ -1,0 +1,239 @@
+"""The evidence store: a night's GPU results kept once, predictions and misroutes never, and the matrix built from
+the history and the whole store resting each cell on its strongest result, saying where that came from.
+
+No GPU runs here: a runner's results are written with the kit's own writer, as a cell session's split writes
+them (tests/kit/test_workflow_run.py does the same for the report job).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_module
+
+from matrix.cells import CELLS, Cell, select
+from matrix.envelope import RunInfo
+from matrix.evidence import Source, add, origin
+from matrix.host.record import EnvironmentRecord
+from matrix.junit import write_cell_results
+from matrix.plan import CellPlan, Execution
+from matrix.releases import VLLM_VERSION
+from matrix.report.claims import load_claims
+from matrix.report.model import build_report
+from matrix.report.outputs import report_outputs
+
+WSL2NEW = select("cuda-wsl2new-*")
+GATE = RunInfo(
+    env=EnvironmentRecord({"packages": {"vllm": {"version": VLLM_VERSION}}, "host": {"detected": "linux"}}),
+    kit_commit="test",
+    runner_name="gate-runner",
+    started_at="2026-12-01T03:17:00+00:00",
+)
+
+
+def runner(name: str, host: str, started_at: str = "2026-12-02T03:17:00+00:00") -> RunInfo:
+    """A runner with a GPU on ``host``, as its environment record says (an envelope that contradicts itself is
+    never believed)."""
+    env = {
+        "packages": {"vllm": {"version": VLLM_VERSION}},
+        "host": {"detected": host},
+        "wsl": {"is_wsl": host.startswith("wsl")},
+        "gpu": {"devices": [{"name": "RTX 4090 (faked for the test)"}]},
+    }
+    return dataclasses.replace(GATE, env=EnvironmentRecord(env), runner_name=name, started_at=started_at)
+
+
+def results(out: Path, cells: list[Cell], execution: Execution, run: RunInfo, failing: str = "") -> Path:
+    """What a cell session's split writes for ``cells``: one passing case each, or failing with ``failing``."""
+    out.mkdir(parents=True, exist_ok=True)
+    raw = out / "pytest.junit"
+    failure = f'<failure message="{failing}" type="AssertionError">trace</failure>' if failing else ""
+    raw.write_text(
+        "<testsuites><testsuite name='pytest'>"
+        + "".join(
+            f'<testcase classname="tests.cell.test_repro" name="test_offload_{c.id}" time="1.5">'
+            f'<properties><property name="cell" value="{c.id}"/></properties>{failure}'
+            "<system-out>a long log nobody keeps</system-out></testcase>"
+            for c in cells
+        )
+        + "</testsuite></testsuites>"
+    )
+    write_cell_results([CellPlan(c, execution, "faked for the test") for c in cells], raw, run, out)
+    raw.unlink()
+    return out
+
+
+def night(root: Path, started_at: str = "2026-12-02T03:17:00+00:00") -> Path:
+    """artifacts/ of a night: the gate job's 24 predictions, the CUDA WSL2-new runner's native run of its four
+    cells, and a ROCm WSL2-new runner that found itself misrouted (its artifact says so)."""
+    artifacts = root / "artifacts"
+    results(artifacts / "junit-gate" / VLLM_VERSION / "gate", list(CELLS), Execution.GATE_ONLY, GATE)
+    wsl = runner("wsl-box", "wsl2new", started_at)
+    results(artifacts / "junit-cuda-wsl2new" / VLLM_VERSION / "cell", WSL2NEW, Execution.NATIVE, wsl)
+    misrouted = runner("linux-box", "linux", started_at)
+    results(artifacts / "junit-rocm-wsl2new" / "misrouted", select("rocm-wsl2new-*"), Execution.MISROUTED, misrouted)
+    return artifacts
+
+
+def claims_file(root: Path) -> Path:
+    """The night's plan as the plan job hands it to the report (``plan --format runners``)."""
+    jobs = [
+        {"name": kind, "artifact": f"junit-{kind}", "cells": [c.id for c in select(f"{kind}-*")]}
+        for kind in ("cuda-wsl2new", "rocm-wsl2new")
+    ]
+    path = root / "runners.json"
+    path.write_text(json.dumps({"include": jobs, "not_planned": []}))
+    return path
+
+
+def test_a_nights_gpu_results_are_kept_once_and_its_predictions_and_misroutes_never(tmp_path):
+    artifacts, store = night(tmp_path), tmp_path / "store"
+    claims = load_claims(str(claims_file(tmp_path)), [str(artifacts)])
+    added = add([str(artifacts)], store, Source.RUNNER, claims)
+    assert sorted(p.relative_to(store).parts[:3] for p in added.new) == [
+        (VLLM_VERSION, c.id, "runner") for c in sorted(WSL2NEW, key=lambda c: c.id)
+    ]
+    assert all(p.name.startswith("2026-12-02-native-") for p in added.new)
+    reasons = {item.reason for item in added.not_kept}
+    assert reasons == {
+        "a prediction (gate-only): the history keeps those",
+        "a misrouted runner's cell: no answer of vLLM's",
+    }
+    assert len(added.not_kept) == 24 + 4  # every suite read is accounted for
+    # The same night again (a rerun of the job): nothing new, nothing lost.
+    again = add([str(artifacts)], store, Source.RUNNER, claims)
+    assert (again.new, sorted(again.already)) == ([], sorted(added.new))
+    # A record is its run normalized: read back from the store, it is the same record, kept once.
+    assert add([str(store)], tmp_path / "copy", Source.MAINTAINER).new[0].read_bytes() == added.new[0].read_bytes()
+    assert add([str(store)], store, Source.MAINTAINER).new == []
+    kept = added.new[0].read_text()
+    assert "a long log nobody keeps" not in kept and 'name="runner_name" value="wsl-box"' in kept
+
+
+def test_a_result_the_nights_plan_did_not_give_its_runner_is_not_kept(tmp_path):
+    artifacts = night(tmp_path)
+    # The ROCm runner's artifact also claims a native run of a CUDA cell: its plan gave it none.
+    liar = artifacts / "junit-rocm-wsl2new" / VLLM_VERSION / "cell"
+    results(liar, select("cuda-wsl2new-v1-graph"), Execution.NATIVE, runner("linux-box", "wsl2new"), "lie")
+    claims = load_claims(str(claims_file(tmp_path)), [str(artifacts)])
+    added = add([str(artifacts)], tmp_path / "store", Source.RUNNER, claims)
+    assert len(added.new) == 4
+    (refused,) = [item for item in added.not_kept if "did not give" in item.reason]
+    assert (refused.cell, Path(refused.path).parts[-4]) == ("cuda-wsl2new-v1-graph", "junit-rocm-wsl2new")
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"vllm_version": "../../outside"}, "names no vLLM release"),
+        ({"gpu": "none"}, "its envelope contradicts itself: its envelope records no GPU"),
+    ],
+)
+def test_a_hostile_or_self_contradicting_record_is_refused_in_one_line(tmp_path, change, reason):
+    run = runner("box", "wsl2new")
+    written = results(tmp_path / "in", select("cuda-wsl2new-v2-graph"), Execution.NATIVE, run)
+    path = written / "cuda-wsl2new-v2-graph.xml"
+    text = path.read_text()
+    for name, value in change.items():
+        start = text.index(f'<property name="{name}" value="') + len(f'<property name="{name}" value="')
+        text = text[:start] + value + text[text.index('"', start) :]
+    path.write_text(text)
+    added = add([str(written)], tmp_path / "store", Source.MAINTAINER)
+    assert added.new == [] and [item.reason.startswith(reason) for item in added.not_kept] == [True]
+    assert not (tmp_path / "outside").exists()
+
+
+def history(root: Path) -> Path:
+    """The committed history of every release, as `nox -s publish` lays it out in results/history/."""
+    out = root / "history"
+    with tarfile.open(ROOT / "docs" / "evidence" / "history.tar.xz") as archive:
+        archive.extractall(out, filter="data")
+    return out
+
+
+def compat(report) -> dict:
+    return json.loads("".join(report_outputs(report)["compat.json"]))
+
+
+def test_the_matrix_rests_each_cell_on_its_strongest_result_says_where_it_came_from_and_diffs_like_with_like(
+    tmp_path,
+):
+    store = tmp_path / "store"
+    artifacts = night(tmp_path)
+    claims = load_claims(str(claims_file(tmp_path)), [str(artifacts)])
+    add([str(artifacts)], store, Source.RUNNER, claims)
+    past = history(tmp_path)
+    before = compat(build_report([str(past)], kit_commit="test"))
+    after = build_report([str(past)], kit_commit="test", store=store, previous=before)
+    published = compat(after)
+    assert [v["vllm"] for v in published["versions"]] == [v["vllm"] for v in before["versions"]]  # every release
+    cells = {c["id"]: c for c in published["versions"][0]["cells"]}
+    assert published["versions"][0]["vllm"] == VLLM_VERSION
+    for cell in WSL2NEW:
+        shown = cells[cell.id]
+        assert shown["evidence"][0].startswith("native run on RTX 4090 (faked for the test), runner wsl-box (")
+        assert "a self-hosted runner's nightly result, kept in the evidence store" in shown["evidence"][0]
+        assert shown["evidence_records"][0]["origin"] == "runner"
+        assert [s["execution"] for s in shown["superseded"]] == ["gate-only"]  # the prediction stays beside it
+    assert cells["cuda-linux-v1-graph"]["evidence"][0].startswith("predicted")
+    assert cells["cuda-linux-v1-graph"]["evidence_records"][0]["origin"] is None
+    # Like with like: every release is in both, so nothing went missing; nothing moved but the four cells.
+    assert after.diff is not None and after.diff.went_missing == []
+
+
+def test_a_later_night_judges_a_cell_and_the_earlier_ones_stay_as_its_history(tmp_path):
+    store = tmp_path / "store"
+    first = results(tmp_path / "1", select("cuda-wsl2new-v2-graph"), Execution.NATIVE, runner("box", "wsl2new"))
+    later = runner("box", "wsl2new", "2026-12-03T03:17:00+00:00")
+    second = results(tmp_path / "2", select("cuda-wsl2new-v2-graph"), Execution.NATIVE, later, "regressed")
+    assert len(add([str(first)], store, Source.MAINTAINER).new) == 1
+    assert len(add([str(second)], store, Source.MAINTAINER).new) == 1
+    report = build_report([], kit_commit="test", store=store)
+    (cell,) = [c for c in report.versions[VLLM_VERSION] if c.cell.id == "cuda-wsl2new-v2-graph"]
+    assert cell.envelope is not None and cell.envelope.started_at.startswith("2026-12-03")
+    assert report.origin(cell) is Source.MAINTAINER
+    (case,) = cell.cases
+    assert [a.outcome for a in case.attempts] == ["passed", "failed"]  # the earlier night kept, the later judging
+
+
+def test_only_files_laid_out_as_the_stores_records_have_an_origin(tmp_path):
+    store = tmp_path / "store"
+    written = results(tmp_path / "in", WSL2NEW[:1], Execution.NATIVE, runner("b", "wsl2new"))
+    added = add([str(written)], store, Source.MAINTAINER)
+    assert origin(str(added.new[0]), store) is Source.MAINTAINER
+    stray = store / VLLM_VERSION / "notes.xml"
+    shutil.copy(added.new[0], stray)
+    assert origin(str(stray), store) is None
+    assert origin(str(added.new[0]), tmp_path / "elsewhere") is None
+
+
+def test_the_command_says_what_it_kept_and_refuses_a_night_without_its_plan(tmp_path):
+    artifacts = night(tmp_path)
+    store, outputs = tmp_path / "store", tmp_path / "outputs"
+    bare = run_module("matrix", "evidence", "add", str(artifacts), "--source", "runner", "--store", str(store))
+    assert (bare.returncode, bare.stdout) == (2, "")
+    assert bare.stderr.startswith("error: --source runner needs --runners FILE")
+    done = run_module(
+        "matrix", "evidence", "add", str(artifacts), "--source", "runner", "--store", str(store),
+        "--runners", str(claims_file(tmp_path)), "--github-output", str(outputs),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"4 new record(s) in {store}, 0 already there"
+    assert "not kept, 24 suite(s): a prediction (gate-only): the history keeps those:" in done.stdout
+    assert "and 21 more" in done.stdout
+    assert outputs.read_text() == "added=4\n"
+    both = run_module(
+        "matrix", "report", str(artifacts), "--runners", str(claims_file(tmp_path)), "--evidence", str(store),
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert both.returncode == 2 and both.stderr.startswith("error: --evidence with --runners:")
+
+
+def test_the_published_schema_names_every_source():
+    document = json.loads((ROOT / "matrix" / "report" / "compat.schema.json").read_text())
+    assert document["$defs"]["evidence"]["properties"]["origin"]["enum"] == [None, *(s.value for s in Source)]
