@@ -5,8 +5,10 @@ the kit changes. What no recomputation can give back is a run on a real GPU: a s
 the offline GPU run, a maintainer's container run. Those are kept here, by vLLM release, cell and source,
 as ``<store>/<vLLM>/<cell>/<source>/<date>-<execution>-<digest>.xml``: the cell's suite from that run,
 normalized (its envelope, and each case's name, properties, outcome and message, nothing else), named by
-the digest of its bytes, so the same run added twice is kept once. Records are only ever added: a night
-that brings less than the one before takes nothing away. ``publish``, the report the nightly workflow
+the digest of its result (``identity``: all of it but when it ran and how long it took), so the same run
+added twice is kept once, and so is a set-up that answers the same night after night: the store grows when
+a result changes, not by a night. Records are only ever added: a night that brings less than the one before
+takes nothing away. ``publish``, the report the nightly workflow
 deploys and, through the published matrix, the doctor all read the whole store beside the history; per
 cell the strongest result wins (``matrix.plan.Execution.strength``) and the report says where it came from.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +31,11 @@ from matrix.envelope import Envelope
 from matrix.errors import MatrixError
 from matrix.expectations import release_version
 from matrix.files import write_file
-from matrix.junit import record_file
+from matrix.history_cache import VOLATILE_CASE_PROPERTIES
+from matrix.junit import properties, record_file
 from matrix.plan import Execution
 from matrix.report.claims import Claims
-from matrix.report.reading import InputError, UnreadableError, expand, parse, suites
+from matrix.report.reading import InputError, UnreadableError, expand, outcome, parse, suites
 from matrix.report.visible import visible
 
 
@@ -119,8 +123,7 @@ def _keep(
     if why_not:
         added.not_kept.append(NotKept(path, cell, why_not))
         return
-    data = record_file(envelope, cases)
-    digest = hashlib.sha256(data).hexdigest()[:16]
+    digest = identity(envelope, cases)
     folder = store / envelope.vllm_version / cell
     present = sorted(folder.glob(f"*/*-{digest}.xml"))
     if present:
@@ -128,7 +131,30 @@ def _keep(
         return
     execution = envelope.execution.value if envelope.execution else ""
     name = f"{_date(envelope.started_at)}-{execution}-{digest}.xml"
-    added.new.append(write_file(folder / source.value, name, data))
+    added.new.append(write_file(folder / source.value, name, record_file(envelope, cases)))
+
+
+# What differs between two runs that gave the same result: when they ran, with which commit of the kit (one that
+# changed no test gives the same cases), and the hash of an environment record that holds those.
+VOLATILE_ENVELOPE = frozenset({"started_at", "kit_commit", "env_hash"})
+
+
+def identity(envelope: Envelope, cases: list[Element]) -> str:
+    """The digest of a run's result: the same for every night the same set-up gave the same answers, so the
+    store grows when a result changes (a release, a driver, a kernel, an outcome), not by a record a night."""
+    said = [
+        {name: value for name, value in envelope.to_properties().items() if name not in VOLATILE_ENVELOPE},
+        *(
+            [
+                case.get("classname", ""),
+                case.get("name", ""),
+                *outcome(case),
+                {k: v for k, v in properties(case).items() if k not in VOLATILE_CASE_PROPERTIES},
+            ]
+            for case in cases
+        ),
+    ]
+    return hashlib.sha256(json.dumps(said, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _why_not_kept(path: str, envelope: Envelope, testcases: int, claims: Claims | None) -> str:
@@ -164,7 +190,7 @@ NAMED = 3
 
 def render(added: Added, store: Path) -> str:
     """What ``add`` did, in a few lines: the new records by name, the others counted, each reason once."""
-    lines = [f"{len(added.new)} new record(s) in {store}, {len(added.already)} already there"]
+    lines = [f"{len(added.new)} new record(s) in {store}, {len(added.already)} the same as one kept before"]
     lines += [f"  new: {path}" for path in added.new]
     reasons: dict[str, list[NotKept]] = {}
     for item in added.not_kept:

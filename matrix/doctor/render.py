@@ -72,8 +72,14 @@ def _shown(value: str) -> str:
 
 
 def _how_known(a: Answer) -> str:
-    """How the answer is known, by the weakest level of its verdicts: the line it leads with."""
+    """How the answer is known, by the weakest level of its verdicts: the line it leads with. Where the verdicts
+    rest on different levels it says so: a GPU's answer to one question is never hidden behind "no GPU has run"."""
     vllm, host = a.release.vllm, HOST_WORDS[a.setup.host]
+    levels = sorted({v.level for v in a.entry.verdicts}, reverse=True)
+    if len(levels) > 1:
+        said = " and ".join(LEVEL_WORDS[level] for level in levels)
+        gpu = " on a GPU" if levels[0] in (Level.EMULATED, Level.NATIVE) else ""
+        return f"partly {LEVEL_WORDS[levels[0]]}{gpu}: each verdict below says how it is known ({said})"
     return {
         Level.DOCUMENTED: "documented: a vendor's requirement says so, nothing has run this set-up",
         Level.PREDICTED: f"predicted from vLLM {vllm}'s own code, no GPU has run this set-up",

@@ -105,9 +105,12 @@ def test_a_nights_gpu_results_are_kept_once_and_its_predictions_and_misroutes_ne
         "a misrouted runner's cell: no answer of vLLM's",
     }
     assert len(added.not_kept) == 24 + 4  # every suite read is accounted for
-    # The same night again (a rerun of the job): nothing new, nothing lost.
+    # The same night again (a rerun of the job), and a later night that gave the same answers: nothing new.
     again = add([str(artifacts)], store, Source.RUNNER, claims)
     assert (again.new, sorted(again.already)) == ([], sorted(added.new))
+    shutil.rmtree(artifacts)
+    later = night(tmp_path, "2026-12-03T03:17:00+00:00")
+    assert add([str(later)], store, Source.RUNNER, claims).new == []
     # A record is its run normalized: read back from the store, it is the same record, kept once.
     assert add([str(store)], tmp_path / "copy", Source.MAINTAINER).new[0].read_bytes() == added.new[0].read_bytes()
     assert add([str(store)], store, Source.MAINTAINER).new == []
@@ -223,7 +226,7 @@ def test_the_command_says_what_it_kept_and_refuses_a_night_without_its_plan(tmp_
         "--runners", str(claims_file(tmp_path)), "--github-output", str(outputs),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == f"4 new record(s) in {store}, 0 already there"
+    assert done.stdout.splitlines()[0] == f"4 new record(s) in {store}, 0 the same as one kept before"
     assert "not kept, 24 suite(s): a prediction (gate-only): the history keeps those:" in done.stdout
     assert "and 21 more" in done.stdout
     assert outputs.read_text() == "added=4\n"
