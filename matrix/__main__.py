@@ -180,6 +180,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         probes=args.probes,
         benches=args.bench,
         store=Path(args.evidence) if args.evidence else None,
+        community=Path(args.community) if args.community else None,
     )
 
 
@@ -233,8 +234,24 @@ def cmd_import_run(args: argparse.Namespace) -> int:
         return write_report(inputs, Path(args.report), probes=probes)
 
 
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from matrix.bundle import ISSUE_FORM, make
+
+    bundle = make(Path(args.results), args.vllm)
+    stamp = bundle.created_at[:19].replace(":", "").replace("-", "")
+    out = Path(args.out) / f"wslpin-bundle-{bundle.vllm}-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(bundle.to_json(), encoding="utf-8")
+    cells = ", ".join(c.cell for c in bundle.cells)
+    print(f"wrote {out}: vLLM {bundle.vllm}, kit {bundle.kit_commit}, {len(bundle.cells)} cell(s): {cells}")
+    print("every text in it was scrubbed of credentials and home directories; read it before you send it")
+    print(f'send it: open a new issue on the kit\'s repository with the form "Community result" ({ISSUE_FORM})')
+    print("and attach the file")
+    return 0
+
+
 def cmd_evidence_add(args: argparse.Namespace) -> int:
-    from matrix.evidence import Source, add, render
+    from matrix.evidence import Source, add, add_bundles, render
     from matrix.report.claims import load_claims
 
     if args.source == "runner" and not args.runners:
@@ -247,7 +264,10 @@ def cmd_evidence_add(args: argparse.Namespace) -> int:
         source = Source(args.source)
     except ValueError:
         raise MatrixError(f"--source {args.source!r}: one of {', '.join(Source)}") from None
-    added = add(args.inputs, store, source, claims)
+    if source is Source.COMMUNITY:
+        added = add_bundles([Path(item) for item in args.inputs], store)
+    else:
+        added = add(args.inputs, store, source, claims)
     print(render(added, store))
     if args.github_output:
         with open(args.github_output, "a", encoding="utf-8") as out:
@@ -369,7 +389,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STORE",
         help="also every record of this evidence store (docs/evidence/runs), each result saying where it came from",
     )
+    report.add_argument(
+        "--community",
+        metavar="DIR",
+        help="also the bundles in DIR (`python -m matrix bundle`), each checked, read as users' own results",
+    )
     report.set_defaults(func=cmd_report)
+
+    bundle = sub.add_parser(
+        "bundle", help='your cell session\'s results as one file to send to the kit (after `nox -s "cell(...)"`)'
+    )
+    bundle.add_argument("--results", default="results", help="the results tree the session wrote (default: results)")
+    bundle.add_argument("--vllm", default=VLLM_VERSION, help=f"the release the session ran (default: {VLLM_VERSION})")
+    bundle.add_argument("--out", default=".", help="where to write the bundle (default: here)")
+    bundle.set_defaults(func=cmd_bundle)
 
     evidence = sub.add_parser("evidence", help="the evidence store: the results GPUs gave, kept in the repository")
     evidence_sub = evidence.add_subparsers(dest="action", required=True)
@@ -380,7 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     keep.add_argument(
         "--source",
         required=True,
-        help="runner: a night's artifacts (give --runners); maintainer: your own run (the offline GPU run's results)",
+        help="runner: a night's artifacts (give --runners); maintainer: your own run (the offline GPU run's results); "
+        "community: bundles users sent (`python -m matrix bundle`), each checked first",
     )
     keep.add_argument("--store", default=str(EVIDENCE_STORE), help=f"the store (default: {EVIDENCE_STORE})")
     keep.add_argument(

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree.ElementTree import Element
 
+from matrix.bundle import KIT, check, load
 from matrix.envelope import Envelope
 from matrix.errors import MatrixError
 from matrix.expectations import release_version
@@ -44,6 +45,7 @@ class Source(enum.StrEnum):
 
     RUNNER = "runner"  # a self-hosted runner's nightly artifact, checked against the night's plan (--runners)
     MAINTAINER = "maintainer"  # a run a maintainer added by hand: the offline GPU run, a container run
+    COMMUNITY = "community"  # a user's own run, sent as a bundle (matrix.bundle) and checked when it came in
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +120,31 @@ def _keep(
     except MatrixError as exc:
         added.not_kept.append(NotKept(path, props.get("cell_id", ""), f"no cell envelope: {exc}"))
         return
-    cell = envelope.cell.id
     why_not = _why_not_kept(path, envelope, len(cases), claims)
     if why_not:
-        added.not_kept.append(NotKept(path, cell, why_not))
+        added.not_kept.append(NotKept(path, envelope.cell.id, why_not))
         return
+    _put(store, source, envelope, cases, added)
+
+
+def add_bundles(bundles: list[Path], store: Path, kit: Path = KIT) -> Added:
+    """Each cell of each bundle (matrix.bundle) kept in ``store`` as a user's own (Source.COMMUNITY), once; a
+    bundle that is not one, or that its own files or the kit's repository at ``kit`` contradict, kept not at
+    all, with the reason."""
+    added = Added()
+    for path in bundles:
+        try:
+            checked = check(load(path), kit)
+        except MatrixError as exc:
+            added.not_kept.append(NotKept(str(path), "", f"refused: {exc}"))
+            continue
+        for envelope, cases in checked.suites:
+            _put(store, Source.COMMUNITY, envelope, cases, added)
+    return added
+
+
+def _put(store: Path, source: Source, envelope: Envelope, cases: list[Element], added: Added) -> None:
+    cell = envelope.cell.id
     digest = identity(envelope, cases)
     folder = store / envelope.vllm_version / cell
     present = sorted(folder.glob(f"*/*-{digest}.xml"))

@@ -39,5 +39,8 @@ class Level(Axis):
     NONE = "none"
     DOCUMENTED = "documented"  # a vendor's documented requirement: nothing was run
     PREDICTED = "predicted"  # vLLM's own decisions under a presented host, no GPU
+    # A user's own run, sent as a bundle (matrix.bundle): checked for consistency, not verified by the kit's
+    # runners, so never above a result of theirs.
+    COMMUNITY = "community"
     EMULATED = "emulated"  # a GPU on native Linux, the uname presented as the cell's host
     NATIVE = "native"  # a run on the cell's host

@@ -51,6 +51,7 @@ HOST_NOTES = {
 LEVEL_WORDS = {
     Level.DOCUMENTED: "documented",
     Level.PREDICTED: "predicted",
+    Level.COMMUNITY: "community",
     Level.EMULATED: "emulated",
     Level.NATIVE: "measured",
     Level.NONE: "no evidence",
@@ -78,11 +79,12 @@ def _how_known(a: Answer) -> str:
     levels = sorted({v.level for v in a.entry.verdicts}, reverse=True)
     if len(levels) > 1:
         said = " and ".join(LEVEL_WORDS[level] for level in levels)
-        gpu = " on a GPU" if levels[0] in (Level.EMULATED, Level.NATIVE) else ""
+        gpu = " on a GPU" if levels[0] in (Level.COMMUNITY, Level.EMULATED, Level.NATIVE) else ""
         return f"partly {LEVEL_WORDS[levels[0]]}{gpu}: each verdict below says how it is known ({said})"
     return {
         Level.DOCUMENTED: "documented: a vendor's requirement says so, nothing has run this set-up",
         Level.PREDICTED: f"predicted from vLLM {vllm}'s own code, no GPU has run this set-up",
+        Level.COMMUNITY: f"community: a user ran vLLM {vllm} on {host} and sent the result, not verified by the kit",
         Level.EMULATED: f"emulated: vLLM {vllm} ran on a GPU under native Linux shown this uname, not on {host}",
         Level.NATIVE: f"measured: vLLM {vllm} ran this set-up on a GPU, on {host}",
         Level.NONE: f"no evidence: nothing has run this set-up with vLLM {vllm}",

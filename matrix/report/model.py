@@ -109,7 +109,7 @@ class Evidence:
     counts: tuple[tuple[str, int], ...] | None = None  # superseded: (status, cases), by status
     passed: bool | None = None  # probe: did the mechanism work
     bench: BenchSummary | None = None  # bench
-    origin: Source | None = None  # emulated, native: who brought the record into the evidence store; None: not from it
+    origin: Source | None = None  # gate-only, emulated, native: who brought it into an evidence store, if one
 
 
 @dataclass
@@ -126,7 +126,7 @@ class Report:
     verdicts: dict[tuple[str, str], CellVerdicts] = field(default_factory=dict)  # (vLLM, cell id)
     # Cells of runs that crashed before vLLM answered (no release to place them in): shown, never a release.
     unplaced: list[CellReport] = field(default_factory=list)
-    store: Path | None = None  # the evidence store read beside the inputs
+    stores: tuple[Path, ...] = ()  # the evidence stores read beside the inputs
 
     def bench(self, cell: CellReport) -> BenchSummary | None:
         """The cell's latest benchmark of its own release."""
@@ -146,7 +146,7 @@ class Report:
 
     def origin(self, cell: CellReport) -> Source | None:
         """Who brought the cell's result into the evidence store, where the report read it from there."""
-        return origin(cell.file, self.store) if self.store is not None and cell.file else None
+        return _origin(cell.file, self.stores)
 
     def evidence(self, cell: CellReport) -> list[Evidence]:
         """What a cell's result rests on: its own run, weaker results, probes and benchmarks of its host."""
@@ -155,7 +155,7 @@ class Report:
         if env is not None:
             date = env.started_at[:10]
             if env.execution is Execution.GATE_ONLY:
-                found.append(Evidence(EvidenceKind.GATE_ONLY, date, cell.vllm))
+                found.append(Evidence(EvidenceKind.GATE_ONLY, date, cell.vllm, origin=self.origin(cell)))
             elif env.execution is Execution.EMULATED:
                 found.append(Evidence(EvidenceKind.EMULATED, date, env.gpu or "?", origin=self.origin(cell)))
             elif env.execution is Execution.NATIVE:
@@ -290,7 +290,8 @@ def observations(cell: CellReport) -> Observations:
     env = cell.envelope
     if env is None or env.execution is None or cell.status in (Status.CRASHED, Status.MISROUTED, Status.MISSING):
         return Observations({}, Level.NONE)
-    return Observations(cell.gate_values, env.execution.level)
+    level = env.execution.level
+    return Observations(cell.gate_values, min(level, Level.COMMUNITY) if cell.community else level)
 
 
 def without_release(versions: dict[str, list[CellReport]]) -> list[CellReport]:
@@ -333,9 +334,13 @@ def load_probes(directory: str | None) -> list[Probe]:
     return [read_probe(path) for path in sorted(Path(directory).glob("*.json"))]
 
 
-def _records(store: Path | None) -> list[str]:
-    """The store's records, if it holds any (an input directory without one is an error; an empty store is not)."""
-    return [str(store)] if store is not None and any(store.rglob("*.xml")) else []
+def _records(stores: tuple[Path, ...]) -> list[str]:
+    """The stores that hold records (an input directory without one is an error; an empty store is not)."""
+    return [str(store) for store in stores if any(store.rglob("*.xml"))]
+
+
+def _origin(path: str, stores: tuple[Path, ...]) -> Source | None:
+    return next((found for store in stores if (found := origin(path, store)) is not None), None) if path else None
 
 
 # Every release costs each output a grid of all 24 cells however little of it the inputs hold: a 300 KB file
@@ -355,22 +360,25 @@ def build_report(
     probes: str | None = None,
     benches: str | None = None,
     claims: Claims | None = None,
-    store: Path | None = None,
+    stores: tuple[Path, ...] = (),
 ) -> Report:
     if max_age_days is not None and not (math.isfinite(max_age_days) and max_age_days >= 0):
         # nan compares false with every age and inf exceeds none: either would turn the staleness check off.
         raise MatrixError(f"--max-age-days {max_age_days:g}: give a number of days, 0 or more")
-    if store is not None and claims is not None:
+    if stores and claims is not None:
         # The store's records were checked against their own night's plan when they were added; this night's
         # claims would refuse them all, since no runner of tonight's uploaded them.
-        raise MatrixError("--evidence with --runners: report a night's artifacts, or the store, not both at once")
+        raise MatrixError(
+            "--evidence or --community with --runners: report a night's artifacts, or the evidence, not both at once"
+        )
     now = now or dt.datetime.now(dt.UTC)
     # Hundreds of thousands of small records and no reference cycles: the cyclic
     # collector would rescan them all again and again, making time grow faster than input.
     rules, verdict_rules = load_rules(), load_verdict_rules()
     gc.disable()
     try:
-        read = read_inputs([*inputs, *_records(store)], claims)
+        # A user's bundle is its own evidence, never merged with the kit's runs of the same cell.
+        read = read_inputs([*inputs, *_records(stores)], claims, lambda path: _origin(path, stores) is Source.COMMUNITY)
         releases = {vllm for vllm, _, _ in read.groups}
         if len(releases) > MAX_RELEASES:
             raise MatrixError(
@@ -393,7 +401,7 @@ def build_report(
         benches=latest_per_cell(benches),
         verdicts=judge_verdicts(versions, verdict_rules),
         unplaced=unplaced,
-        store=store,
+        stores=stores,
     )
     if previous is not None:
         report.diff = compare(previous, versions)

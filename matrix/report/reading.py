@@ -15,7 +15,7 @@ import glob
 import io
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -31,6 +31,9 @@ from matrix.junit import properties
 from matrix.report.claims import Claims, Suspect
 
 MESSAGE_LIMIT = 2000
+
+# Where a user's bundled result is grouped: "community-native" and the like, apart from the kit's own runs.
+COMMUNITY = "community-"
 
 # A test case's outcome as the file states it, before any judgement.
 PASSED, FAILED, ERROR, SKIPPED, XFAIL = "passed", "failed", "error", "skipped", "xfail"
@@ -217,7 +220,7 @@ def _message(result: Element) -> str:
     return text.strip()[:MESSAGE_LIMIT]
 
 
-def read_file(path: str, into: Inputs) -> None:
+def read_file(path: str, into: Inputs, community: bool = False) -> None:
     try:
         root = parse(path)
     except UnreadableError as exc:
@@ -231,7 +234,7 @@ def read_file(path: str, into: Inputs) -> None:
     elif not found:
         into.unattributed.append(Problem(path, "no test suite in the file"))
     for suite in found:
-        _read_suite(path, suite, into)
+        _read_suite(path, suite, into, community)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +288,7 @@ def run_order(started_at: str) -> tuple[int, float, str]:
     return (1, started.timestamp(), "")
 
 
-def _read_suite(path: str, suite: Suite, into: Inputs) -> None:
+def _read_suite(path: str, suite: Suite, into: Inputs, community: bool) -> None:
     children, props, suite_name = suite.cases, suite.props, suite.name
     into.testcases_read += len(children)
     if not props.get("cell_id"):
@@ -310,7 +313,7 @@ def _read_suite(path: str, suite: Suite, into: Inputs) -> None:
         return
     execution = envelope.execution.value if envelope.execution else ""
     run = run_order(envelope.started_at)
-    key = (envelope.vllm_version or "unknown", envelope.cell.id, execution)
+    key = (envelope.vllm_version or "unknown", envelope.cell.id, f"{COMMUNITY}{execution}" if community else execution)
     group = into.groups.setdefault(key, CellGroup())
     group.envelopes.append(envelope)
     group.files.append(path)
@@ -342,10 +345,13 @@ def _read_suite(path: str, suite: Suite, into: Inputs) -> None:
             record.latest += len(attempts)
 
 
-def read_inputs(inputs: list[str], claims: Claims | None = None) -> Inputs:
+def read_inputs(
+    inputs: list[str], claims: Claims | None = None, community: Callable[[str], bool] = lambda path: False
+) -> Inputs:
+    """Every input read; ``community``: whether a file is a user's bundled result (its own group, COMMUNITY)."""
     result = Inputs(claims=claims)
     result.files, result.unreadable = expand(inputs)
     for path in result.files:
-        read_file(path, result)
+        read_file(path, result, community(path))
     result._shared.clear()
     return result

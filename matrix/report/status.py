@@ -21,7 +21,18 @@ from matrix.envelope import Envelope
 from matrix.expectations import Expected, Rule, expected_values, release_version
 from matrix.junit import NO_RESULTS
 from matrix.plan import Execution
-from matrix.report.reading import ERROR, FAILED, PASSED, SKIPPED, XFAIL, Attempt, CellGroup, Inputs, ReadCase
+from matrix.report.reading import (
+    COMMUNITY,
+    ERROR,
+    FAILED,
+    PASSED,
+    SKIPPED,
+    XFAIL,
+    Attempt,
+    CellGroup,
+    Inputs,
+    ReadCase,
+)
 from matrix.variables import GATE_PIN_VALUES
 
 
@@ -86,6 +97,7 @@ class CellReport:
     superseded: dict[str, list[CaseRecord]] = field(default_factory=dict)
     # With the runner assignment (--runners): the artifact of the runner that must run the cell natively.
     runner: str = ""
+    community: bool = False  # its result is a user's bundle (matrix.bundle), not the kit's own run
 
     @property
     def is_bad(self) -> bool:
@@ -306,6 +318,7 @@ def build_cells(
                 rests_on = None
             chosen = found.pop(rests_on) if rests_on is not None else None
             report = _cell_report(cell, v, chosen, rules, now, max_age_days, nox, runner)
+            report.community = rests_on is not None and rests_on.startswith(COMMUNITY)
             for execution in ranked:
                 if execution != rests_on:
                     expected = resolver(rules, cell, v)
@@ -314,12 +327,15 @@ def build_cells(
     return reports
 
 
-def _strength(execution: str) -> int:
-    """Which of a cell's results its status rests on: the lowest; an execution the kit does not know, last."""
+def _strength(key: str) -> tuple[bool, bool, int]:
+    """Which of a cell's results its status rests on: the lowest. Any GPU's result before any prediction, the kit's
+    own before a user's (COMMUNITY) of the same kind; an execution the kit does not know, last."""
+    community = key.startswith(COMMUNITY)
     try:
-        return Execution(execution).strength
+        execution = Execution(key.removeprefix(COMMUNITY))
     except ValueError:
-        return len(Execution)
+        return (True, True, len(Execution))
+    return (not execution.uses_gpu, community, execution.strength)
 
 
 def _version_key(version: str) -> tuple[int, Version]:

@@ -103,7 +103,8 @@ def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
     """(what, in brackets, after): the sentence is ``what (in brackets)after``; the grid shows ``what``."""
     match evidence.kind:
         case EvidenceKind.GATE_ONLY:
-            return f"predicted: vLLM {evidence.source}'s own code decides, without a GPU (gate-only)", evidence.date, ""
+            what = f"predicted: vLLM {evidence.source}'s own code decides, without a GPU (gate-only)"
+            return what, evidence.date, _origin_words(evidence)
         case EvidenceKind.EMULATED:
             what = f"emulated on {evidence.source}: native Linux, the uname presented as the cell's"
             return what, evidence.date, _origin_words(evidence)
@@ -131,6 +132,7 @@ def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
 ORIGIN_WORDS = {
     Source.RUNNER: "a self-hosted runner's nightly result, kept in the evidence store",
     Source.MAINTAINER: "a maintainer's own run, added to the evidence store by hand",
+    Source.COMMUNITY: "a user's own run, sent as a bundle: not verified by the kit's runners",
 }
 
 
@@ -289,6 +291,7 @@ def level_words(level: Level, vllm: str, host: Host) -> str:
     return {
         Level.DOCUMENTED: "from a vendor's documented requirement, nothing run",
         Level.PREDICTED: f"predicted from vLLM {vllm}'s own decisions, without a GPU",
+        Level.COMMUNITY: f"reported by a user on {HOST_NAMES[host]}, not verified by the kit's runners",
         Level.EMULATED: f"emulated on native Linux (uname presented as {HOST_NAMES[host]})",
         Level.NATIVE: f"measured on {HOST_NAMES[host]}",
         Level.NONE: "no evidence",

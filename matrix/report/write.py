@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import gc
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from matrix.errors import MatrixError
+from matrix.evidence import NotKept, add_bundles
 from matrix.host import facts
 from matrix.report import render_text
 from matrix.report.claims import load_claims
@@ -37,10 +39,43 @@ def write_report(
     probes: str | None = None,
     benches: str | None = None,
     store: Path | None = None,
+    community: Path | None = None,
 ) -> int:
     """The report of ``inputs`` (result directories or files) in ``out``; its summary on stdout, each reason it
-    fails on stderr. 1 where a cell regressed, crashed, is misrouted or missing, a result's claim is suspect or a
-    failing case belongs to no cell; else 0. The other arguments are the command's options of the same names."""
+    fails on stderr. 1 where a cell regressed, crashed, is misrouted or missing, a result's claim is suspect, a
+    failing case belongs to no cell or a bundle was refused; else 0. ``community``: a directory of bundles
+    (matrix.bundle), each checked and read as a user's own results. The other arguments are the command's options
+    of the same names."""
+    with tempfile.TemporaryDirectory(prefix="wslpin-community-") as held:
+        refused = _bundles(community, Path(held)) if community is not None else []
+        stores = tuple(s for s in (store, Path(held) if community is not None else None) if s is not None)
+        status = _write_report(inputs, out, previous, nox_reports, runners, max_age_days, probes, benches, stores)
+    for item in refused:
+        print(visible(f"error: bundle {item.path} {item.reason}"), file=sys.stderr)
+    return 1 if refused else status
+
+
+def _bundles(community: Path, store: Path) -> list[NotKept]:
+    """The bundles in ``community`` kept in ``store``; those refused."""
+    bundles = sorted(community.glob("*.json")) if community.is_dir() else []
+    if not bundles:
+        raise MatrixError(f"--community {community} holds no bundle (*.json, as `python -m matrix bundle` writes)")
+    added = add_bundles(bundles, store)
+    print(f"--community: {len(bundles)} bundle(s), {len(added.new)} cell result(s) read as a user's own")
+    return added.not_kept
+
+
+def _write_report(
+    inputs: Sequence[str],
+    out: Path,
+    previous: str | None,
+    nox_reports: Sequence[str],
+    runners: str | None,
+    max_age_days: float | None,
+    probes: str | None,
+    benches: str | None,
+    stores: tuple[Path, ...],
+) -> int:
     try:
         report = build_report(
             list(inputs),
@@ -51,7 +86,7 @@ def write_report(
             probes=probes,
             benches=benches,
             claims=load_claims(runners, list(inputs)) if runners else None,
-            store=store,
+            stores=stores,
         )
     except InputError as exc:
         raise MatrixError(str(exc)) from None

@@ -234,7 +234,7 @@ def test_the_command_says_what_it_kept_and_refuses_a_night_without_its_plan(tmp_
         "matrix", "report", str(artifacts), "--runners", str(claims_file(tmp_path)), "--evidence", str(store),
         "--out", str(tmp_path / "out"),
     )  # fmt: skip
-    assert both.returncode == 2 and both.stderr.startswith("error: --evidence with --runners:")
+    assert both.returncode == 2 and both.stderr.startswith("error: --evidence or --community with --runners:")
 
 
 def test_the_published_schema_names_every_source():
