@@ -172,7 +172,7 @@ def test_the_matrix_rests_each_cell_on_its_strongest_result_says_where_it_came_f
     add([str(artifacts)], store, Source.RUNNER, claims)
     past = history(tmp_path)
     before = compat(build_report([str(past)], kit_commit="test"))
-    after = build_report([str(past)], kit_commit="test", store=store, previous=before)
+    after = build_report([str(past)], kit_commit="test", stores=(store,), previous=before)
     published = compat(after)
     assert [v["vllm"] for v in published["versions"]] == [v["vllm"] for v in before["versions"]]  # every release
     cells = {c["id"]: c for c in published["versions"][0]["cells"]}
@@ -196,7 +196,7 @@ def test_a_later_night_judges_a_cell_and_the_earlier_ones_stay_as_its_history(tm
     second = results(tmp_path / "2", select("cuda-wsl2new-v2-graph"), Execution.NATIVE, later, "regressed")
     assert len(add([str(first)], store, Source.MAINTAINER).new) == 1
     assert len(add([str(second)], store, Source.MAINTAINER).new) == 1
-    report = build_report([], kit_commit="test", store=store)
+    report = build_report([], kit_commit="test", stores=(store,))
     (cell,) = [c for c in report.versions[VLLM_VERSION] if c.cell.id == "cuda-wsl2new-v2-graph"]
     assert cell.envelope is not None and cell.envelope.started_at.startswith("2026-12-03")
     assert report.origin(cell) is Source.MAINTAINER

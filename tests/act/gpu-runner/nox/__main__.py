@@ -3,7 +3,8 @@
 
 For each session it is given it writes what that session's split writes (``_test_cells`` in the noxfile): the
 cell's JUnit in results/<vLLM>/cell/, its envelope from this machine's own environment record (as the runner
-presents itself: WSL2, a CUDA GPU) and the plan made from that record, every test passed; then nox's --report.
+presents itself: WSL2, a CUDA GPU) and the plan made from that record; then nox's --report. Its cases are the
+cell's gate cases in the kit's committed history: a GPU that answered as vLLM's own code predicts.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import argparse
 import datetime as dt
 import json
 import sys
+import tarfile
 from pathlib import Path
-from xml.etree.ElementTree import Element, SubElement
+from xml.etree import ElementTree
+from xml.etree.ElementTree import Element
 
 from matrix.cells import CELLS
 from matrix.envelope import RunInfo
@@ -46,8 +49,7 @@ def main() -> int:
         started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         release=vllm,
     )
-    # What pytest would report from the GPU: one passing case per cell.
-    cases = [_passed(cell.id) for cell in cells]
+    cases = [case for cell in cells for case in _predicted(vllm, cell.id)]
     plans = list(Plan.from_record(cells, record).cells)
     write_cells(plans, cases, run, run_dir(Path("results"), vllm, "cell"), no_results="")
     sessions = [{"name": "cell", "signatures": [s], "result": "success", "reason": None} for s in args.sessions]
@@ -55,10 +57,17 @@ def main() -> int:
     return 0
 
 
-def _passed(cell: str) -> Element:
-    case = Element("testcase", classname="tests.cell.test_probe", name=f"test_pin[{cell}]", time="0")
-    SubElement(SubElement(case, "properties"), "property", name="cell", value=cell)
-    return case
+def _predicted(vllm: str, cell: str) -> list[Element]:
+    """The cell's gate cases in the committed history (the kit's own file: the standard library reads it here,
+    where the tools' venv has no defusedxml)."""
+    with tarfile.open("docs/evidence/history.tar.xz") as archive:
+        try:
+            member = archive.extractfile(f"{vllm}/{cell}.xml")
+        except KeyError:
+            member = None
+        if member is None:
+            raise SystemExit(f"nox stand-in: the committed history has no {vllm}/{cell}.xml")
+        return list(ElementTree.parse(member).getroot().iter("testcase"))
 
 
 def _option(posargs: list[str], name: str) -> str | None:
