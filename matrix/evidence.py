@@ -135,6 +135,8 @@ def add_bundles(bundles: list[Path], store: Path, kit: Path = KIT) -> Added:
     for path in bundles:
         try:
             checked = check(load(path), kit)
+            if _not_a_release(checked.bundle.vllm):
+                raise MatrixError(_not_a_release(checked.bundle.vllm))
         except MatrixError as exc:
             added.not_kept.append(NotKept(str(path), "", f"refused: {exc}"))
             continue
@@ -187,8 +189,8 @@ def _why_not_kept(path: str, envelope: Envelope, testcases: int, claims: Claims 
         return "a prediction (gate-only): the history keeps those"
     if execution is Execution.MISROUTED:
         return "a misrouted runner's cell: no answer of vLLM's"
-    if release_version(envelope.vllm_version) is None or not re.fullmatch(r"[0-9A-Za-z.+!-]+", envelope.vllm_version):
-        return f"names no vLLM release ({envelope.vllm_version!r})"
+    if _not_a_release(envelope.vllm_version):
+        return _not_a_release(envelope.vllm_version)
     if envelope.contradiction:
         return f"its envelope contradicts itself: {envelope.contradiction}"
     if claims is not None:
@@ -196,6 +198,13 @@ def _why_not_kept(path: str, envelope: Envelope, testcases: int, claims: Claims 
         if suspect is not None:
             artifact = suspect.artifact or "no artifact"
             return f"a {execution.value} result from {artifact}, which the night's plan did not give this cell"
+    return ""
+
+
+def _not_a_release(vllm: str) -> str:
+    """Why ``vllm`` cannot name a release's directory of the store (it becomes one), or empty."""
+    if release_version(vllm) is None or not re.fullmatch(r"[0-9A-Za-z.+!-]+", vllm):
+        return f"names no vLLM release ({vllm!r})"
     return ""
 
 

@@ -153,6 +153,10 @@ def tampered(document: dict, how: str) -> dict:
         said, other = ('"gate-only"', '"native"') if '"gate-only"' in junit["text"] else ('"native"', '"gate-only"')
         junit["text"] = junit["text"].replace(f'name="execution" value={said}', f'name="execution" value={other}')
         return rehashed(document)
+    if how == "release":  # a release that would name a directory outside the store, consistent everywhere
+        junit["text"] = junit["text"].replace(f'value="{VLLM_VERSION}"', 'value="../../outside"')
+        document["vllm"] = "../../outside"
+        return rehashed(document)
     if how == "commit":
         junit["text"] = junit["text"].replace(document["kit_commit"], "0123456789ab")
         document["kit_commit"] = "0123456789ab"
@@ -167,6 +171,7 @@ def tampered(document: dict, how: str) -> dict:
         ("execution", f"{CELL}'s envelope says {{other}}, but its own environment record plans the cell {{ran}}"),
         ("commit", "names kit commit '0123456789ab', which is not a commit of this kit's repository"),
         ("shape", "is not a bundle (schema wslpin-kit.bundle/1)"),
+        ("release", "names no vLLM release ('../../outside')"),
     ],
 )
 def test_a_tampered_bundle_is_refused_in_one_line_and_nothing_of_it_is_kept(session, bundle, tmp_path, how, reason):
@@ -179,7 +184,7 @@ def test_a_tampered_bundle_is_refused_in_one_line_and_nothing_of_it_is_kept(sess
     done = kit(session, "matrix", "evidence", "add", str(bad), "--source", "community", "--store", str(store))
     assert done.returncode == 0, done.stderr
     assert f"not kept, 1 suite(s): refused: {reason}" in done.stdout
-    assert not store.exists()
+    assert not store.exists() and not (tmp_path.parent / "outside").exists()
     history = f"history/{VLLM_VERSION}"
     report = kit(session, "matrix", "report", history, "--community", str(bad.parent), "--out", str(tmp_path / "r"))
     assert report.returncode == 1
