@@ -1,9 +1,10 @@
 """A community bundle: a user's own cell results, sent back to the kit as one file, checked when it comes in.
 
 The people with the hardware the kit's runners lack are the ones asking whether their set-up works. After a cell
-session on their own machine, ``python -m matrix bundle`` writes one file: each cell's JUnit file and the
-environment record it was run under (every text scrubbed again: a message or a path can name a home
-directory), each with its SHA-256, with the kit commit and the vLLM release. They attach it to the repository's
+session on their own machine, ``python -m matrix bundle`` writes one file: each cell's JUnit file (every value
+and text in it scrubbed of credentials and home directories, as the environment record was when it was written:
+a failure's message can name either) and the environment record it was run under, each with its SHA-256, with
+the kit commit and the vLLM release. They attach it to the repository's
 issue form (``.github/ISSUE_TEMPLATE/community-result.yml``).
 
 A maintainer ingests bundles with ``python -m matrix report --community DIR`` (shown, never published) or keeps
@@ -26,7 +27,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from xml.etree.ElementTree import Element
+from xml.etree.ElementTree import Element, tostring
 
 from matrix.bounded_json import parse as parse_json
 from matrix.cells import Cell
@@ -111,8 +112,7 @@ def make(results: Path, vllm: str, now: dt.datetime | None = None) -> Bundle:
         except (InputFileError, UnicodeDecodeError):
             raise MatrixError(f"{env} is missing or unreadable: run the cell session again") from None
         commits.add(envelope.kit_commit)
-        junit = scrub(read_input(path).decode(), homes)
-        cells.append(BundledCell(envelope.cell.id, junit, scrub(env_text, homes)))
+        cells.append(BundledCell(envelope.cell.id, _scrubbed(path, homes), env_text))
     (commit,) = commits if len(commits) == 1 else ("",)
     if not _COMMIT.fullmatch(commit):
         said = ", ".join(sorted(commits))
@@ -122,6 +122,17 @@ def make(results: Path, vllm: str, now: dt.datetime | None = None) -> Bundle:
         )
     created = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
     return Bundle(vllm, commit, created, tuple(cells))
+
+
+def _scrubbed(path: Path, homes: tuple[str, ...]) -> str:
+    """The JUnit file with every attribute value and text scrubbed (matrix.host.classify.scrub), element by element:
+    a replacement such as ``<redacted>`` is escaped as XML, never breaks it."""
+    root = parse(path)
+    for elem in root.iter():
+        elem.attrib.update({name: scrub(value, homes) for name, value in elem.attrib.items()})
+        elem.text = scrub(elem.text, homes) if elem.text else elem.text
+        elem.tail = scrub(elem.tail, homes) if elem.tail else elem.tail
+    return tostring(root, encoding="unicode")
 
 
 def load(path: Path) -> Bundle:

@@ -202,3 +202,20 @@ def test_no_session_no_bundle_and_a_kit_with_changes_makes_none(session, tmp_pat
     result.write_text(result.read_text().replace('name="kit_commit" value="', 'name="kit_commit" value="+dirty', 1))
     dirty = kit(session, "matrix", "bundle", "--results", str(changed), "--out", str(tmp_path))
     assert dirty.returncode == 2 and "run the cell session from a clean clone of the kit" in dirty.stderr
+
+
+def test_what_a_failure_says_of_the_users_home_or_a_token_is_scrubbed_and_the_bundle_still_reads(session, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(session / "results", results)
+    (result,) = results.glob(f"{VLLM_VERSION}/cell/{CELL}.xml")
+    secret = "ghp_C4naryGitHubTokenC4naryGitHubToken01"
+    failing = f'<failure message="could not read /home/alice/models with --token {secret}">trace</failure>'
+    result.write_text(result.read_text().replace("</testcase>", f"{failing}</testcase>", 1))
+    done = kit(session, "matrix", "bundle", "--results", str(results), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    (made,) = (tmp_path / "out").glob("*.json")
+    (cell,) = json.loads(made.read_text())["cells"]
+    assert secret not in made.read_text() and "alice" not in made.read_text()
+    assert "could not read ~/models with --token &lt;redacted&gt;" in cell["junit"]["text"]
+    kept = kit(session, "matrix", "evidence", "add", str(made), "--source", "community", "--store", str(tmp_path / "s"))
+    assert kept.stdout.startswith("1 new record(s)"), kept.stdout
