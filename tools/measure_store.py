@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tarfile
 import tempfile
 import zlib
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from matrix.envelope import Envelope  # noqa: E402
+from matrix.history_cache import read_committed  # noqa: E402
 from matrix.junit import record_file  # noqa: E402
 from matrix.releases import VLLM_VERSION  # noqa: E402
 from matrix.report.reading import parse, suites  # noqa: E402
@@ -53,8 +53,9 @@ def packed(repo: Path) -> int:
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wslpin-store-") as scratch:
         history, repo = Path(scratch) / "history", Path(scratch) / "repo"
-        with tarfile.open(ROOT / "docs" / "evidence" / "history.tar.xz") as archive:
-            archive.extractall(history, filter="data")
+        for name, data in read_committed(ROOT / "docs" / "evidence" / "history.tar.xz")[VLLM_VERSION].items():
+            (history / VLLM_VERSION).mkdir(parents=True, exist_ok=True)
+            (history / VLLM_VERSION / name).write_bytes(data)
         git(Path(scratch), "init", "--quiet", str(repo))
         raw, compressed = night(history / VLLM_VERSION, repo, 1)
         first = packed(repo)

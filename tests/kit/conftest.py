@@ -11,6 +11,7 @@ import host_reads
 import pytest
 
 from matrix.cells import select
+from matrix.history_cache import read_committed
 from matrix.host.here import detected_plan
 from repro.answers import CACHE_VARIABLE
 
@@ -47,6 +48,16 @@ def _keep_answers(config: pytest.Config) -> None:
         # Where repro.engine_config's children find vLLM's cache root (repro.answers.kept_directory).
         (answers / "vllm-cache-root").mkdir()
         (answers / "vllm-cache-root" / "modelinfos").symlink_to(model_infos, target_is_directory=True)
+
+
+def committed_history(out: Path) -> Path:
+    """The committed history (docs/evidence/history.tar.xz) laid out as `nox -s publish` lays it in results/history/:
+    read by the kit's own reader (tarfile's extraction filters are newer than Debian 12's Python)."""
+    for release, files in read_committed(ROOT / "docs" / "evidence" / "history.tar.xz").items():
+        (out / release).mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            (out / release / name).write_bytes(data)
+    return out
 
 
 def run_module(

@@ -18,11 +18,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, committed_history
 
 from matrix.cells import Host
 from matrix.groups import GROUP_TESTS
@@ -78,8 +77,7 @@ def session(tmp_path_factory) -> Path:
     for step in steps:
         done = kit(root, *step, env=wsl2)
         assert done.returncode == 0, (step, done.stdout[-2000:], done.stderr[-2000:])
-    with tarfile.open(root / "docs" / "evidence" / "history.tar.xz") as archive:
-        archive.extractall(root / "history", filter="data")
+    committed_history(root / "history")
     return root
 
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_module
+from conftest import ROOT, committed_history, run_module
 
 from matrix.cells import CELLS, Cell, select
 from matrix.envelope import RunInfo
@@ -152,11 +151,7 @@ def test_a_hostile_or_self_contradicting_record_is_refused_in_one_line(tmp_path,
 
 
 def history(root: Path) -> Path:
-    """The committed history of every release, as `nox -s publish` lays it out in results/history/."""
-    out = root / "history"
-    with tarfile.open(ROOT / "docs" / "evidence" / "history.tar.xz") as archive:
-        archive.extractall(out, filter="data")
-    return out
+    return committed_history(root / "history")
 
 
 def compat(report) -> dict:

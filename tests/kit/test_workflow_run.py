@@ -15,13 +15,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
-from conftest import ROOT, run_module
+from conftest import ROOT, committed_history, run_module
 
 from matrix.cells import CELLS, Cell, Host, select
 from matrix.envelope import RunInfo
@@ -345,9 +344,7 @@ def publish_job(workspace: Path, planned: dict[str, str]) -> tuple[dict[str, str
 def answers_from_the_history(workspace: Path, job: dict) -> None:
     """The artifact of a runner that ran its cells natively and got the answers the history predicted: each
     cell's gate cases of the committed history, written with the kit's writer under the runner's envelope."""
-    history = workspace / "history"
-    with tarfile.open(ROOT / "docs" / "evidence" / "history.tar.xz") as archive:
-        archive.extractall(history, filter="data")
+    history = committed_history(workspace / "history")
     out = workspace / "artifacts" / job["artifact"] / VLLM_VERSION / "cell"
     cells = [Cell.parse(c) for c in job["cells"]]
     for cell in cells:
