@@ -100,7 +100,8 @@ def make(results: Path, vllm: str, now: dt.datetime | None = None) -> Bundle:
     cells, commits = [], set()
     for path in found:
         try:
-            (suite,), _ = suites(parse(path))
+            root = parse(path)
+            (suite,), _ = suites(root)
             envelope = Envelope.from_properties(suite.props)
         except (UnreadableError, MatrixError, ValueError):
             raise MatrixError(f"{path} is not one cell's results as a cell session writes them: run it again") from None
@@ -112,7 +113,7 @@ def make(results: Path, vllm: str, now: dt.datetime | None = None) -> Bundle:
         except (InputFileError, UnicodeDecodeError):
             raise MatrixError(f"{env} is missing or unreadable: run the cell session again") from None
         commits.add(envelope.kit_commit)
-        cells.append(BundledCell(envelope.cell.id, _scrubbed(path, homes), env_text))
+        cells.append(BundledCell(envelope.cell.id, _scrubbed(root, homes), env_text))
     (commit,) = commits if len(commits) == 1 else ("",)
     if not _COMMIT.fullmatch(commit):
         said = ", ".join(sorted(commits))
@@ -124,10 +125,9 @@ def make(results: Path, vllm: str, now: dt.datetime | None = None) -> Bundle:
     return Bundle(vllm, commit, created, tuple(cells))
 
 
-def _scrubbed(path: Path, homes: tuple[str, ...]) -> str:
-    """The JUnit file with every attribute value and text scrubbed (matrix.host.classify.scrub), element by element:
-    a replacement such as ``<redacted>`` is escaped as XML, never breaks it."""
-    root = parse(path)
+def _scrubbed(root: Element, homes: tuple[str, ...]) -> str:
+    """The JUnit file read into ``root``, every attribute value and text scrubbed (matrix.host.classify.scrub)
+    element by element: a replacement such as ``<redacted>`` is escaped as XML, never breaks it."""
     for elem in root.iter():
         elem.attrib.update({name: scrub(value, homes) for name, value in elem.attrib.items()})
         elem.text = scrub(elem.text, homes) if elem.text else elem.text
@@ -171,10 +171,7 @@ def check(bundle: Bundle, kit: Path) -> Checked:
     or for a kit commit that is not one of the kit's repository at ``kit``."""
     if not _COMMIT.fullmatch(bundle.kit_commit) or not _is_commit(kit, bundle.kit_commit):
         raise MatrixError(f"names kit commit {bundle.kit_commit!r}, which is not a commit of this kit's repository")
-    checked = []
-    for bundled in bundle.cells:
-        checked.append(_checked_cell(bundle, bundled))
-    return Checked(bundle, tuple(checked))
+    return Checked(bundle, tuple(_checked_cell(bundle, bundled) for bundled in bundle.cells))
 
 
 def _checked_cell(bundle: Bundle, bundled: BundledCell) -> tuple[Envelope, list[Element]]:

@@ -135,8 +135,8 @@ def add_bundles(bundles: list[Path], store: Path, kit: Path = KIT) -> Added:
     for path in bundles:
         try:
             checked = check(load(path), kit)
-            if _not_a_release(checked.bundle.vllm):
-                raise MatrixError(_not_a_release(checked.bundle.vllm))
+            if problem := _not_a_release(checked.bundle.vllm):
+                raise MatrixError(problem)
         except MatrixError as exc:
             added.not_kept.append(NotKept(str(path), "", f"refused: {exc}"))
             continue
@@ -189,8 +189,8 @@ def _why_not_kept(path: str, envelope: Envelope, testcases: int, claims: Claims 
         return "a prediction (gate-only): the history keeps those"
     if execution is Execution.MISROUTED:
         return "a misrouted runner's cell: no answer of vLLM's"
-    if _not_a_release(envelope.vllm_version):
-        return _not_a_release(envelope.vllm_version)
+    if problem := _not_a_release(envelope.vllm_version):
+        return problem
     if envelope.contradiction:
         return f"its envelope contradicts itself: {envelope.contradiction}"
     if claims is not None:

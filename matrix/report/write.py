@@ -46,58 +46,36 @@ def write_report(
     failing case belongs to no cell or a bundle was refused; else 0. ``community``: a directory of bundles
     (matrix.bundle), each checked and read as a user's own results. The other arguments are the command's options
     of the same names."""
+    refused: list[NotKept] = []
+    # The bundles' records are read from a store of their own for this report only: its outputs are made before
+    # it goes, since each evidence line asks which store a record came from.
     with tempfile.TemporaryDirectory(prefix="wslpin-community-") as held:
-        refused = _bundles(community, Path(held)) if community is not None else []
-        stores = tuple(s for s in (store, Path(held) if community is not None else None) if s is not None)
-        status = _write_report(inputs, out, previous, nox_reports, runners, max_age_days, probes, benches, stores)
-    for item in refused:
-        print(visible(f"error: bundle {item.path} {item.reason}"), file=sys.stderr)
-    return 1 if refused else status
-
-
-def _bundles(community: Path, store: Path) -> list[NotKept]:
-    """The bundles in ``community`` kept in ``store``; those refused."""
-    bundles = sorted(community.glob("*.json")) if community.is_dir() else []
-    if not bundles:
-        raise MatrixError(f"--community {community} holds no bundle (*.json, as `python -m matrix bundle` writes)")
-    added = add_bundles(bundles, store)
-    print(f"--community: {len(bundles)} bundle(s), {len(added.new)} cell result(s) read as a user's own")
-    return added.not_kept
-
-
-def _write_report(
-    inputs: Sequence[str],
-    out: Path,
-    previous: str | None,
-    nox_reports: Sequence[str],
-    runners: str | None,
-    max_age_days: float | None,
-    probes: str | None,
-    benches: str | None,
-    stores: tuple[Path, ...],
-) -> int:
-    try:
-        report = build_report(
-            list(inputs),
-            kit_commit=facts.kit_commit(),
-            previous=_load(previous, PREVIOUS),
-            nox_reports=[_load(path, NOX_REPORT) or {} for path in nox_reports],
-            max_age_days=max_age_days,
-            probes=probes,
-            benches=benches,
-            claims=load_claims(runners, list(inputs)) if runners else None,
-            stores=stores,
-        )
-    except InputError as exc:
-        raise MatrixError(str(exc)) from None
-    # The report's records live until this process ends: frozen (after a collection, so no garbage
-    # is frozen with them), the full collections while its outputs are written skip them instead of
-    # rescanning them all each time, which made writing grow faster than the input. Here, not in
-    # build_report: freezing is a decision about the whole process.
-    gc.collect()
-    gc.freeze()
-    outputs = report_outputs(report)
-    write_outputs(out, outputs)
+        stores = (store,) if store is not None else ()
+        if community is not None:
+            refused = _bundles(community, Path(held))
+            stores = (*stores, Path(held))
+        try:
+            report = build_report(
+                list(inputs),
+                kit_commit=facts.kit_commit(),
+                previous=_load(previous, PREVIOUS),
+                nox_reports=[_load(path, NOX_REPORT) or {} for path in nox_reports],
+                max_age_days=max_age_days,
+                probes=probes,
+                benches=benches,
+                claims=load_claims(runners, list(inputs)) if runners else None,
+                stores=stores,
+            )
+        except InputError as exc:
+            raise MatrixError(str(exc)) from None
+        # The report's records live until this process ends: frozen (after a collection, so no garbage
+        # is frozen with them), the full collections while its outputs are written skip them instead of
+        # rescanning them all each time, which made writing grow faster than the input. Here, not in
+        # build_report: freezing is a decision about the whole process.
+        gc.collect()
+        gc.freeze()
+        outputs = report_outputs(report)
+        write_outputs(out, outputs)
     print(render_text.render(report, colour=sys.stdout.isatty()))
     read = report.inputs
     print(
@@ -128,4 +106,16 @@ def _write_report(
             ),
             file=sys.stderr,
         )
-    return 1 if bad or suspect or unplaced else 0
+    for item in refused:
+        print(visible(f"error: bundle {item.path} {item.reason}"), file=sys.stderr)
+    return 1 if bad or suspect or unplaced or refused else 0
+
+
+def _bundles(community: Path, store: Path) -> list[NotKept]:
+    """The bundles in ``community`` kept in ``store``; those refused."""
+    bundles = sorted(community.glob("*.json")) if community.is_dir() else []
+    if not bundles:
+        raise MatrixError(f"--community {community} holds no bundle (*.json, as `python -m matrix bundle` writes)")
+    added = add_bundles(bundles, store)
+    print(f"--community: {len(bundles)} bundle(s), {len(added.new)} cell result(s) read as a user's own")
+    return added.not_kept
