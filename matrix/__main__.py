@@ -221,7 +221,7 @@ def cmd_import_run(args: argparse.Namespace) -> int:
     from matrix.report.write import write_report
     from matrix.summary import render, summarize
 
-    imported = import_run(Path(args.folder), Path(args.results))
+    imported = import_run(Path(args.folder), Path(args.results), args.name)
     for group, out in imported.directories.items():
         cells = select(imported.run.cells)
         print(f"{visible(group)}: {visible(out)}/")
@@ -251,7 +251,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 
 def cmd_evidence_add(args: argparse.Namespace) -> int:
-    from matrix.evidence import Source, add, add_bundles, render
+    from matrix.evidence import Source, add, add_bundles, add_probes, render
     from matrix.report.claims import load_claims
 
     if args.source == "runner" and not args.runners:
@@ -268,6 +268,10 @@ def cmd_evidence_add(args: argparse.Namespace) -> int:
         added = add_bundles([Path(item) for item in args.inputs], store)
     else:
         added = add(args.inputs, store, source, claims)
+        probes = add_probes(args.inputs, store, source)
+        added.new += probes.new
+        added.already += probes.already
+        added.not_kept += probes.not_kept
     print(render(added, store))
     if args.github_output:
         with open(args.github_output, "a", encoding="utf-8") as out:
@@ -431,6 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("folder", help="what `tools/gpu_run.sh` wrote: run.json, env.json, plan.json, <group>.xml...")
     imp.add_argument("--results", default="results", help="the results tree to write into")
     imp.add_argument("--report", default="build/report/gpu-run", help="directory for the report of this run")
+    imp.add_argument(
+        "--name",
+        help="what the evidence calls the run, as its runner (default: the folder's name, e.g. h200-vllm-0.26.0-DATE)",
+    )
     imp.set_defaults(func=cmd_import_run)
 
     bis = sub.add_parser(

@@ -36,6 +36,7 @@ from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input
 from matrix.host.classify import homes_of, scrub
 from matrix.host.record import EnvironmentRecord
+from matrix.junit import kit_relative
 from matrix.layout import run_dir
 from matrix.plan import Execution, Plan
 from matrix.report.reading import UnreadableError, parse, suites
@@ -129,8 +130,8 @@ def _scrubbed(root: Element, homes: tuple[str, ...]) -> str:
     """The JUnit file read into ``root``, every attribute value and text scrubbed (matrix.host.classify.scrub)
     element by element: a replacement such as ``<redacted>`` is escaped as XML, never breaks it."""
     for elem in root.iter():
-        elem.attrib.update({name: scrub(value, homes) for name, value in elem.attrib.items()})
-        elem.text = scrub(elem.text, homes) if elem.text else elem.text
+        elem.attrib.update({name: scrub(kit_relative(value), homes) for name, value in elem.attrib.items()})
+        elem.text = scrub(kit_relative(elem.text), homes) if elem.text else elem.text
         elem.tail = scrub(elem.tail, homes) if elem.tail else elem.tail
     return tostring(root, encoding="unicode")
 

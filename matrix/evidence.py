@@ -32,6 +32,7 @@ from matrix.envelope import Envelope
 from matrix.errors import MatrixError
 from matrix.expectations import release_version
 from matrix.files import write_file
+from matrix.layout import PROBES
 from matrix.history_cache import VOLATILE_CASE_PROPERTIES
 from matrix.junit import properties, record_file
 from matrix.plan import Execution
@@ -142,6 +143,40 @@ def add_bundles(bundles: list[Path], store: Path, kit: Path = KIT) -> Added:
             continue
         for envelope, cases in checked.suites:
             _put(store, Source.COMMUNITY, envelope, cases, added)
+    return added
+
+
+def add_probes(inputs: list[str], store: Path, source: Source) -> Added:
+    """Each probe record among ``inputs`` (``*.probe.json`` in a results tree, or named) that a GPU measured,
+    kept in ``store/probes/<source>/`` once, by the digest of its bytes; any other, not kept, with the reason.
+
+    Only a maintainer's run brings probes in: a night's artifacts carry no plan a probe record can be checked
+    against (it names no cell), and a record is believed no further than it can be checked."""
+    from matrix.report.model import read_probe
+
+    added = Added()
+    if source is not Source.MAINTAINER:
+        return added
+    found: list[Path] = []
+    for item in map(Path, inputs):
+        found += sorted(item.rglob("*.probe.json")) if item.is_dir() else [item] if item.name.endswith(".json") else []
+    for path in found:
+        try:
+            probe = read_probe(path)
+        except MatrixError as exc:
+            added.not_kept.append(NotKept(str(path), "", f"not a probe record: {exc}"))
+            continue
+        if probe.stack == "none" or probe.gpu in ("", "?", "none"):
+            added.not_kept.append(NotKept(str(path), "", "a probe record of a machine without a GPU"))
+            continue
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        present = sorted((store / PROBES).glob(f"*/*-{digest}.json"))
+        if present:
+            added.already.append(present[0])
+            continue
+        name = f"{_date(probe.collected_at)}-{probe.stack}-{probe.host}-{digest}.json"
+        added.new.append(write_file(store / PROBES / source.value, name, data))
     return added
 
 

@@ -12,6 +12,9 @@ record of one cell's run that the evidence store keeps (matrix.evidence).
 
 from __future__ import annotations
 
+import copy
+import functools
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +29,50 @@ from matrix.plan import CellPlan
 
 if TYPE_CHECKING:
     from junitparser import TestCase, TestSuite
+
+# The kit's checkout on the machine that runs this code: a result names the kit's files relative to it.
+KIT_ROOT = Path(__file__).resolve().parents[1]
+# An absolute POSIX or Windows path, up to a character no path of the kit's holds (a ``:line`` ends it).
+_ABSOLUTE = re.compile(r"(?<![\w.~$])(?:[A-Za-z]:)?[/\\][^\s'\"<>|:;,()\[\]{}=]+")
+
+
+def kit_relative(text: str, root: Path = KIT_ROOT) -> str:
+    """``text`` with every absolute path that names a file of the kit named relative to the kit's root instead.
+
+    pytest and tracebacks name the test files by the checkout they ran in (``/home/runner/_work/kit/tests/
+    cell/test_repro.py:151``): a runner's home and checkout, which no published record may carry, and which make
+    the same result read differently on every machine. A path is the kit's where its tail, from some directory
+    on, is a file of this checkout; on the machine that ran, its own checkout's prefix goes whatever follows it.
+    """
+    if "/" not in text and "\\" not in text:
+        return text
+    return _ABSOLUTE.sub(lambda found: _relative(found.group(), str(root)), text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _relative(path: str, root: str) -> str:
+    if path.startswith("//"):
+        return path  # the rest of a URL (https://...), which names a page, not this disk
+    prefix = root.rstrip("/\\")
+    if path.startswith(prefix) and path[len(prefix) : len(prefix) + 1] in ("/", "\\"):
+        return path[len(prefix) + 1 :]
+    parts = re.split(r"[/\\]+", path)
+    for start in range(1, len(parts)):
+        tail = parts[start:]
+        if all(tail) and Path(root).joinpath(*tail).is_file():
+            return "/".join(tail)
+    return path
+
+
+def kit_relative_case(case: Element, root: Path = KIT_ROOT) -> Element:
+    """``case`` with its attributes, properties and texts naming the kit's files as ``kit_relative`` does."""
+    for elem in case.iter():
+        for name, value in elem.attrib.items():
+            elem.set(name, kit_relative(value, root))
+        if elem.text:
+            elem.text = kit_relative(elem.text, root)
+    return case
+
 
 # The case a cell gets where its run left none of its own: the report reads a cell holding only this as crashed.
 NO_RESULTS = "no_results"
@@ -95,7 +142,8 @@ def cell_suite(plan: CellPlan, cases: list[Element], run: RunInfo, no_results: s
     _add_properties(suite, envelope(plan, run).to_properties())
     mine = [c for c in cases if CaseFacts.from_properties(properties(c)).cell in (plan.cell.id, None)]
     # A cell with no test case must still say why, never vanish.
-    suite.extend(mine or [kit_case("matrix.session", NO_RESULTS, "error", no_results, "NoResults")])
+    kept = mine or [kit_case("matrix.session", NO_RESULTS, "error", no_results, "NoResults")]
+    suite.extend(kit_relative_case(copy.deepcopy(case)) for case in kept)
     suite.set("tests", str(len(suite.findall("testcase"))))
     for outcome, counted in (("error", "errors"), ("failure", "failures"), ("skipped", "skipped")):
         suite.set(counted, str(sum(len(case.findall(outcome)) for case in suite.iter("testcase"))))
@@ -124,6 +172,7 @@ TYPE_LIMIT = 200
 def record_file(kept: Envelope, cases: list[Element]) -> bytes:
     """One cell's run as the evidence store keeps it (matrix.evidence): its envelope, and each case's name,
     properties, outcome and message, nothing else; the same bytes whenever the same run is read, whatever held it."""
+    from matrix.host.classify import scrub
     from matrix.report.reading import ERROR, FAILED, SKIPPED, XFAIL, outcome
 
     tags = {ERROR: "error", FAILED: "failure"}
@@ -133,7 +182,7 @@ def record_file(kept: Envelope, cases: list[Element]) -> bytes:
     _add_properties(suite, kept.to_properties())
     for case in cases:
         record = SubElement(suite, "testcase", classname=case.get("classname", ""), name=case.get("name", ""))
-        props = properties(case)
+        props = {name: scrub(kit_relative(value)) for name, value in properties(case).items()}
         if props:
             _add_properties(record, props)
         result, message = outcome(case)

@@ -32,3 +32,5 @@ def run_dir(root: Path, release: str, group: str, image: str = "") -> Path:
 
 # Where every GPU's result is kept, in the repository (matrix.evidence); relative to the kit's root.
 EVIDENCE_STORE = Path("docs/evidence/runs")
+# Within a store: its probe records (repro/probe/), by source; they name no vLLM release and no cell.
+PROBES = "probes"

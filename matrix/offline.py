@@ -154,8 +154,13 @@ class Imported:
     probe: Path | None  # the probe record, beside the probe group's results
 
 
-def import_run(folder: Path, results: Path) -> Imported:
-    """Write each group of the run in ``folder`` into ``results/<vLLM>/<group>/`` (the split's files)."""
+def import_run(folder: Path, results: Path, name: str | None = None) -> Imported:
+    """Write each group of the run in ``folder`` into ``results/<vLLM>/<group>/`` (the split's files).
+
+    ``name`` is what the evidence calls the run, in its envelope's runner field: by default the folder's name,
+    which a maintainer gives a run that comes back (``h200-vllm-0.26.0-2026-12-04``); the lent machine's own
+    host name (``vm``) tells a reader nothing about which run it was.
+    """
     from matrix.envelope import RunInfo
     from matrix.host import facts
     from matrix.junit import write_cell_results
@@ -168,8 +173,7 @@ def import_run(folder: Path, results: Path) -> Imported:
     info = RunInfo(
         env=env,
         kit_commit=facts.kit_commit(),
-        # The machine that ran the cells, not this one.
-        runner_name=env.node or "unknown",
+        runner_name=name or folder.resolve().name,
         started_at=run.started_at,
     )
     probe_record = None
@@ -186,7 +190,8 @@ def import_run(folder: Path, results: Path) -> Imported:
             out = run_dir(results, env.vllm_release, group.group)
             raw = group_junit(folder, group, plans, run.deadline_s, Path(tmp))
             ended = "was killed at the run's deadline" if group.exit_code is None else f"exited {group.exit_code}"
-            missing = f"pytest {ended} without writing {group.junit}: see {folder / LOG}"
+            # Named within the run's folder: where it lies on this machine is no part of the result.
+            missing = f"pytest {ended} without writing {group.junit}: see {LOG} in the run's folder"
             write_cell_results(plans, raw, info, out, raw_missing=missing)
             directories[group.group] = out
     probe = None if probe_record is None else write_file(directories["probe"], IMPORTED_PROBE, probe_record)

@@ -5,11 +5,17 @@ Standard library only: the doctor runs on a bare Python 3.8.
 
 from __future__ import annotations
 
-from matrix.cells import Mode
+from matrix.cells import Host, Mode, Stack
 from matrix.questions import Question
 
 # What a compat.json says it is: the report writes it, the doctor and the annotations read it.
 COMPAT_SCHEMA = "wslpin-kit.compat/1"
+HOST_NAMES = {
+    Host.LINUX: "native Linux",
+    Host.WSL2OLD: "WSL2 kernel < 4.19.121",
+    Host.WSL2NEW: "WSL2 kernel ≥ 4.19.121",
+}
+STACK_NAMES = {Stack.CUDA: "CUDA", Stack.ROCM: "ROCm"}
 MODE_NAMES = {Mode.GRAPH: "CUDA graph", Mode.EAGER: "eager"}
 QUESTION_NAMES = {
     Question.ENGINE_START: "engine start",

@@ -1,7 +1,7 @@
 """Why a reproduction failed, in a fixed vocabulary, from the error text it left.
 
 The patterns are the messages vLLM, torch and the CUDA/HIP runtimes print for
-each failure (see ../shared/research/vllm-pinned-memory.md and the issue
+each failure (see docs/research/vllm-pinned-memory.md and the issue
 threads it cites). Order matters: the first kind whose pattern matches wins,
 so the specific kinds come before the general ones.
 """

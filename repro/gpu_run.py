@@ -41,6 +41,7 @@ from matrix.cells import select
 from matrix.cli import KIT_ROOT, run_command_line
 from matrix.errors import MatrixError
 from matrix.groups import GROUP_TESTS
+from matrix.junit import kit_relative
 from matrix.offline import ENV_RECORD, LOG, PLAN_RECORD, PROBE_RECORD, RUN_RECORD, GroupRun, GroupStatus, OfflineRun
 from matrix.plan import cell_pytest_args
 from repro.isolation import DEADLINE_VARIABLE
@@ -49,7 +50,7 @@ CELLS = "cuda-*"
 # Gate first (no GPU, quick), the probe while the GPU is idle, the engines with what is left.
 GROUPS = ("gate", "probe", "repro")
 DEFAULT_BUDGET = 540.0
-# Ten engines of the tiny model ran at once on the H200 (../shared/tools/vllm-on-gpu/README.md).
+# Ten engines of the tiny model ran at once on the lent H200 (docs/device-run.md, "What runs there").
 DEFAULT_JOBS = 10
 # After the children's deadline: pytest judges what came back and writes its JUnit; one still
 # running STOP_GRACE s later is interrupted, and killed KILL_GRACE s after that.
@@ -58,7 +59,7 @@ RESERVE = STOP_GRACE + KILL_GRACE + 5.0
 
 # What travels with the kit's tree to the device machine, beside the chunk of vLLM the last call carries.
 DEPS = "build/gpu-run/deps"
-VLLM_CHUNKS = ".gpu-carry"  # written by ../shared/tools/vllm-on-gpu/prepare.sh
+VLLM_CHUNKS = ".gpu-carry"  # written by tools/vllm_carry.py prepare; each chunk runs tools/vllm_carry_install.sh
 CALL_LIMIT = 64 << 20  # bytes a device call carries: the tree, shared/ and the carried paths
 # prepare.sh splits vLLM at 45 MiB (`split -b 45M`); a chunk adds its install.sh and a count.
 CHUNK_LIMIT = (45 << 20) + (64 << 10)
@@ -81,14 +82,22 @@ DEVICE_CALLS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+def _unplaced(text: str, out: Path) -> str:
+    """``text`` naming the run's folder ``$OUT`` and the kit's files relative to the kit: where this machine keeps
+    them is no part of the run, and the folder comes back to be shared and published."""
+    return kit_relative(text.replace(str(out.resolve()), "$OUT"))
+
+
 class Log:
-    """Lines to the run's log file and to stdout (the device returns the tail of stdout)."""
+    """Lines to the run's log file and to stdout (the device returns the tail of stdout), named by ``_unplaced``."""
 
     def __init__(self, path: Path) -> None:
         self._file: TextIO = path.open("w", buffering=1)
+        self._out = path.parent
         self._lock = threading.Lock()
 
     def write(self, text: str) -> None:
+        text = _unplaced(text, self._out)
         with self._lock:
             self._file.write(text)
             sys.stdout.write(text)
@@ -139,6 +148,7 @@ def run(out: Path, budget: float, jobs: int, cells: str = CELLS) -> int:
     started, started_at = time.time(), dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     deadline = started + budget - RESERVE
     out.mkdir(parents=True, exist_ok=True)
+    out = out.resolve()
     log = Log(out / LOG)
     env = dict(os.environ) | {
         DEADLINE_VARIABLE: f"{deadline:.3f}",
@@ -171,6 +181,9 @@ def run(out: Path, budget: float, jobs: int, cells: str = CELLS) -> int:
             log.say(f"{group}: {' '.join(argv[1:])}")
             began = time.time()
             code, stopped = _stream(argv, env, log, deadline + STOP_GRACE)
+            if os.path.isfile(junit):
+                # pytest names a skip by the test file's absolute path: the checkout of this machine.
+                Path(junit).write_text(_unplaced(Path(junit).read_text(errors="replace"), out))
             status = GroupStatus.STOPPED if stopped else GroupStatus.FINISHED
             groups.append(GroupRun(group, status, code, round(time.time() - began, 1)))
             log.say(f"{group}: {status} after {time.time() - began:.0f} s, exit {code}")

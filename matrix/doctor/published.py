@@ -53,6 +53,7 @@ class CellEntry:
     verdicts: tuple[QuestionVerdict, ...]  # in Question's order
     status: str  # the cell's status against the kit's rules (pass, known-fail, ...)
     issues: tuple[str, ...]  # the issues the cell's known failures name (URLs)
+    gpu: str = ""  # the GPU its strongest result ran on (native, emulated, community); empty where none ran it
 
     @property
     def level(self) -> Level:
@@ -191,6 +192,7 @@ def _cell(obj: Any, where: str) -> CellEntry:
     if not all(isinstance(sentence, str) for sentence in evidence):
         raise _ShapeError(f"{here} has evidence that is not sentences")
     verdicts = _get(obj, "verdicts", dict, here)
+    gpu = obj.get("gpu", _gpu(obj))
     return CellEntry(
         cell,
         _get(obj, "command", str, here),
@@ -198,7 +200,20 @@ def _cell(obj: Any, where: str) -> CellEntry:
         tuple(_verdict(verdicts.get(q.value), q, here) for q in Question),
         _get(obj, "status", str, here),
         _issues(obj, here),
+        gpu if isinstance(gpu, str) else "",
     )
+
+
+# The kinds of evidence a GPU gave (compat.json's evidence_records[].kind).
+_GPU_KINDS = ("native", "emulated", "community")
+
+
+def _gpu(cell: Any) -> str:
+    """The GPU a compat.json cell's strongest result ran on: its first evidence record's, where a GPU gave it."""
+    records = cell.get("evidence_records")
+    first = records[0] if isinstance(records, list) and records and isinstance(records[0], dict) else {}
+    source = first.get("source")
+    return source if first.get("kind") in _GPU_KINDS and isinstance(source, str) else ""
 
 
 def _release(obj: Any) -> Release:
@@ -257,6 +272,7 @@ def doctor_part(document: dict[str, Any]) -> dict[str, Any]:
                 "cells": [
                     {
                         **{key: cell[key] for key in _CELL_FIELDS if key != "verdicts"},
+                        "gpu": _gpu(cell),
                         "verdicts": {
                             question: {key: verdict[key] for key in _VERDICT_FIELDS}
                             for question, verdict in cell["verdicts"].items()

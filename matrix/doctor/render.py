@@ -76,17 +76,18 @@ def _how_known(a: Answer) -> str:
     """How the answer is known, by the weakest level of its verdicts: the line it leads with. Where the verdicts
     rest on different levels it says so: a GPU's answer to one question is never hidden behind "no GPU has run"."""
     vllm, host = a.release.vllm, HOST_WORDS[a.setup.host]
+    gpu = a.entry.gpu or "a GPU"
     levels = sorted({v.level for v in a.entry.verdicts}, reverse=True)
     if len(levels) > 1:
         said = " and ".join(LEVEL_WORDS[level] for level in levels)
-        gpu = " on a GPU" if levels[0] in (Level.COMMUNITY, Level.EMULATED, Level.NATIVE) else ""
-        return f"partly {LEVEL_WORDS[levels[0]]}{gpu}: each verdict below says how it is known ({said})"
+        on = f" on {gpu}" if levels[0] in (Level.COMMUNITY, Level.EMULATED, Level.NATIVE) else ""
+        return f"partly {LEVEL_WORDS[levels[0]]}{on}: each verdict below says how it is known ({said})"
     return {
         Level.DOCUMENTED: "documented: a vendor's requirement says so, nothing has run this set-up",
         Level.PREDICTED: f"predicted from vLLM {vllm}'s own code, no GPU has run this set-up",
-        Level.COMMUNITY: f"community: a user ran vLLM {vllm} on {host} and sent the result, not verified by the kit",
-        Level.EMULATED: f"emulated: vLLM {vllm} ran on a GPU under native Linux shown this uname, not on {host}",
-        Level.NATIVE: f"measured: vLLM {vllm} ran this set-up on a GPU, on {host}",
+        Level.COMMUNITY: f"community: a user ran vLLM {vllm} on {host} ({gpu}) and sent the result, not verified by the kit",
+        Level.EMULATED: f"emulated on {gpu}: vLLM {vllm} ran under native Linux shown this uname, not on {host}",
+        Level.NATIVE: f"measured on {gpu}: vLLM {vllm} ran this set-up on {host}",
         Level.NONE: f"no evidence: nothing has run this set-up with vLLM {vllm}",
     }[a.entry.level]
 
@@ -273,6 +274,7 @@ def render_json(a: Answer) -> str:
         "evidence": {
             "level": a.entry.level.value,
             "levels": {v.question.value: v.level.value for v in verdicts},
+            "gpu": a.entry.gpu or None,
             "sentences": list(a.entry.evidence),
         },
         "issues": list(a.issues),

@@ -52,6 +52,17 @@ class Diff:
 
 
 @dataclass(frozen=True, slots=True)
+class Bandwidth:
+    """One transfer size of a probe's bandwidth section: GB/s each way, from pinned and from pageable memory."""
+
+    bytes: int
+    pinned_h2d_gbs: float
+    pinned_d2h_gbs: float
+    pageable_h2d_gbs: float
+    pageable_d2h_gbs: float
+
+
+@dataclass(frozen=True, slots=True)
 class Probe:
     """A bare-torch probe run recorded on some GPU host (repro/probe.py's metrics document)."""
 
@@ -61,6 +72,9 @@ class Probe:
     gpu: str
     collected_at: str
     passed: bool
+    bandwidth: tuple[Bandwidth, ...] = ()  # smallest transfer first; empty where the section did not run
+    # The interleaved offload-step A/B (pinned vs pageable copy, UVA vs pinned copy), one sentence per comparison.
+    offload_step: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +118,7 @@ class Evidence:
     kind: EvidenceKind
     date: str  # YYYY-MM-DD, or "" when the kind has none
     source: str  # the GPU (emulated, native, probe), or the vLLM release (gate-only, bench)
-    runner: str | None = None  # native
+    runner: str | None = None  # native, emulated: the runner, or the run's name (an offline GPU run)
     execution: str | None = None  # superseded
     counts: tuple[tuple[str, int], ...] | None = None  # superseded: (status, cases), by status
     passed: bool | None = None  # probe: did the mechanism work
@@ -157,7 +171,8 @@ class Report:
             if env.execution is Execution.GATE_ONLY:
                 found.append(Evidence(EvidenceKind.GATE_ONLY, date, cell.vllm, origin=self.origin(cell)))
             elif env.execution is Execution.EMULATED:
-                found.append(Evidence(EvidenceKind.EMULATED, date, env.gpu or "?", origin=self.origin(cell)))
+                runner = env.runner_name or "?"
+                found.append(Evidence(EvidenceKind.EMULATED, date, env.gpu or "?", runner, origin=self.origin(cell)))
             elif env.execution is Execution.NATIVE:
                 runner = env.runner_name or "?"
                 found.append(Evidence(EvidenceKind.NATIVE, date, env.gpu or "?", runner, origin=self.origin(cell)))
@@ -325,13 +340,23 @@ def read_probe(path: Path) -> Probe:
     passed = all(s["status"] in ("ok", "skipped") for s in data["sections"].values())
     # A record before DetectedHost.to_json wrote "none" for a machine without a GPU stack, one since writes null.
     stack = host["stack"] or "none"
-    return Probe(str(path), stack, host["host"], host.get("gpu", "?"), data.get("collected_at", ""), passed)
+    bandwidth = tuple(
+        sorted(
+            (Bandwidth(**{name: row[name] for name in Bandwidth.__slots__}) for row in data.get("bandwidth_table", [])),
+            key=lambda row: row.bytes,
+        )
+    )
+    ab = data["sections"].get("offload_step_ab", {})
+    verdicts = tuple(c["verdict"] for c in ab.get("metrics", {}).get("comparisons", []) if ab.get("status") == "ok")
+    collected = data.get("collected_at", "")
+    return Probe(str(path), stack, host["host"], host.get("gpu", "?"), collected, passed, bandwidth, verdicts)
 
 
 def load_probes(directory: str | None) -> list[Probe]:
+    """The probe records of ``directory`` and the folders under it (the evidence store keeps them by source)."""
     if not directory or not Path(directory).is_dir():
         return []
-    return [read_probe(path) for path in sorted(Path(directory).glob("*.json"))]
+    return [read_probe(path) for path in sorted(Path(directory).rglob("*.json"))]
 
 
 def _records(stores: tuple[Path, ...]) -> list[str]:

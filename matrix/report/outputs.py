@@ -26,12 +26,13 @@ PARTIAL = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{16}\.partial$")
 
 
 def report_outputs(report: Report) -> dict[str, Iterable[str]]:
-    """The report's four outputs by name, each as the chunks it is written in (the page and compat.json are
+    """The report's five outputs by name, each as the chunks it is written in (the page and compat.json are
     rendered while written: a large report is never held whole)."""
     return {
         "COMPATIBILITY.md": [render_md.render(report)],
         "index.html": render_html.chunks(report),
         "strips.svg": [render_html.render_strips(report)],
+        "bandwidth.svg": [render_html.render_bandwidth(report)],
         "compat.json": render_json.chunks(report),
     }
 

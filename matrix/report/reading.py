@@ -27,7 +27,8 @@ from defusedxml import DefusedXmlException
 from matrix.envelope import Envelope
 from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input
-from matrix.junit import properties
+from matrix.host.classify import scrub
+from matrix.junit import kit_relative, properties
 from matrix.report.claims import Claims, Suspect
 
 MESSAGE_LIMIT = 2000
@@ -216,8 +217,10 @@ def outcome(case: Element) -> tuple[str, str]:
 
 
 def _message(result: Element) -> str:
+    # What is published names no machine's checkout or home, and no credential a failure printed: a result
+    # written before the split named the kit's files relative to the kit still names its runner's checkout.
     text = " ".join(part for part in (result.get("message"), result.text) if part)
-    return text.strip()[:MESSAGE_LIMIT]
+    return scrub(kit_relative(text.strip()[:MESSAGE_LIMIT]))
 
 
 def read_file(path: str, into: Inputs, community: bool = False) -> None:

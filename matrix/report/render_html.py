@@ -17,6 +17,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup, escape
 
+from matrix.report.bandwidth import pinned_view
 from matrix.report.model import Report
 from matrix.report.view import Phrase, Style, build_view, spell
 from matrix.report.visible import visible_lines
@@ -62,6 +63,11 @@ def chunks(report: Report) -> Iterator[str]:
 
 def render(report: Report) -> str:
     return "".join(chunks(report))
+
+
+def render_bandwidth(report: Report) -> str:
+    """bandwidth.svg: each probe's copy bandwidth against transfer size, the picture the page also shows."""
+    return _TEMPLATES.get_template("bandwidth.svg.j2").render(pinned=pinned_view(report), standalone=True)
 
 
 def render_strips(report: Report) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
 
+from matrix.report.bandwidth import PinnedView
 from matrix.report.model import Report
 from matrix.report.view import ReleaseView, ReportView, Section, Style, build_view, spell
 from matrix.report.visible import visible
@@ -153,6 +154,7 @@ def _blocks(view: ReportView) -> tuple[list[_Block], Iterator[_Block]]:
     notes += [""] if notes else []
 
     def rest() -> Iterator[_Block]:
+        yield _Block("what pinned memory buys", _pinned(view.pinned))
         for section in sections:
             heading = [f"{'#' * section.level} {section.title}", ""]
             if section.key == "legend":
@@ -166,6 +168,34 @@ def _blocks(view: ReportView) -> tuple[list[_Block], Iterator[_Block]]:
             yield _Block("the test × cell detail", chain(heading, _detail(view, vllm)))
 
     return releases, rest()
+
+
+def _pinned(pinned: PinnedView) -> Iterator[str]:
+    """The probes' bandwidth tables, each beside the picture that bandwidth.svg (written with this file) draws."""
+    yield f"## {md(pinned.title)}"
+    yield ""
+    yield md(pinned.intro)
+    yield ""
+    if not pinned.charts:
+        yield md(pinned.empty)
+        yield ""
+        return
+    yield f"![{md(pinned.title)}](bandwidth.svg)"
+    yield ""
+    for chart in pinned.charts:
+        yield f"### {md(chart.title)}"
+        yield ""
+        yield f"{md(chart.headline)} _{md(chart.source)}_"
+        yield ""
+        yield "| " + " | ".join(md(name) for name in pinned.columns) + " |"
+        yield "|" + "---|" * len(pinned.columns)
+        for row in chart.rows:
+            yield "| " + " | ".join(md(value) for value in row) + " |"
+        yield ""
+        for sentence in chart.offload_step:
+            yield f"- {md(sentence)}"
+        if chart.offload_step:
+            yield ""
 
 
 def _size(line: str) -> int:

@@ -17,22 +17,17 @@ from typing import Any
 from matrix.cells import AXES, CELLS, WSL2_PIN_KERNEL, Axis, Cell, Host, Mode, ModelClass, Runner, Stack
 from matrix.evidence import Source
 from matrix.questions import MODEL_CLASS_WORDS
+from matrix.report.bandwidth import PinnedView, pinned_view
 from matrix.report.claims import Suspect
 from matrix.report.model import COLUMNS, ROWS, Contradiction, Diff, Evidence, EvidenceKind, Report, detail_rows
 from matrix.report.reading import Problem
 from matrix.report.status import CellReport, Status
 from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
 from matrix.verdicts import Answer, CellVerdicts, Level, Question, Verdict, Workaround
-from matrix.words import MODE_NAMES, QUESTION_NAMES
+from matrix.words import HOST_NAMES, MODE_NAMES, QUESTION_NAMES, STACK_NAMES
 
 TITLE = "vLLM WSL2 pinned-memory compatibility"
 STRIPS_TITLE = "When did each set-up start or stop working? Each question's answer per vLLM release"
-HOST_NAMES = {
-    Host.LINUX: "native Linux",
-    Host.WSL2OLD: "WSL2 kernel < 4.19.121",
-    Host.WSL2NEW: "WSL2 kernel ≥ 4.19.121",
-}
-STACK_NAMES = {Stack.CUDA: "CUDA", Stack.ROCM: "ROCm"}
 RUNNER_NAMES = {runner: runner.value.upper() for runner in Runner}
 COLUMN_NAMES = {(r, m): f"{RUNNER_NAMES[r]} · {MODE_NAMES[m]}" for r, m in COLUMNS}
 PROVENANCE = (
@@ -107,6 +102,7 @@ def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
             return what, evidence.date, _origin_words(evidence)
         case EvidenceKind.EMULATED:
             what = f"emulated on {evidence.source}: native Linux, the uname presented as the cell's"
+            what += f", runner {evidence.runner}" if evidence.runner else ""
             return what, evidence.date, _origin_words(evidence)
         case EvidenceKind.NATIVE:
             return f"native run on {evidence.source}, runner {evidence.runner}", evidence.date, _origin_words(evidence)
@@ -583,6 +579,11 @@ class ReportView:
     def releases(self) -> Iterator[ReleaseView]:
         for vllm in self.release_names:
             yield self._release(vllm)
+
+    @property
+    def pinned(self) -> PinnedView:
+        """What the probes measured pinned memory to buy (matrix.report.bandwidth)."""
+        return pinned_view(self.report)
 
     @property
     def strips(self) -> StripsView:

@@ -3,7 +3,7 @@
 No GPU can exist here. With this plugin (``pytest -p replay_h200``, tests/kit on PYTHONPATH) and a
 plan that stands in for an H200 on native Linux, the reproduction's cases get, instead of engine
 runs, gate answers and probe sections, the outcomes measured with vLLM 0.26.0 on an H200
-(../shared/research/vllm-pinned-memory.md, "Measured with real vLLM 0.26.0 on an H200"). Every
+(docs/research/vllm-pinned-memory.md, "Measured with real vLLM 0.26.0 on an H200"). Every
 value here replays that measurement; none is a measurement of this machine. Where the table does
 not measure a run, the outcome is derived from the mechanism it measured, and the comment says so.
 

@@ -245,7 +245,7 @@ def test_the_json_holds_the_documented_keys_and_vocabulary(compat):
     assert set(got) == KEYS
     questions = {q.value for q in Question}
     assert set(got["verdicts"]) == set(got["advice"]) == set(got["evidence"]["levels"]) == questions
-    assert set(got["evidence"]) == {"level", "levels", "sentences"}
+    assert set(got["evidence"]) == {"level", "levels", "gpu", "sentences"}
     assert got["evidence"]["level"] in {"predicted", "emulated", "native", "none"}
 
 
@@ -410,7 +410,7 @@ def test_the_doctor_says_what_it_cannot_read_and_how_each_answer_is_known(compat
             cell["status"], cell["issues"] = "known-fail", ["https://github.com/vllm-project/vllm/issues/49861"]
 
     measured = _text(doctor(*flags, "--kernel", "6.8.0-45-generic", "--vllm", "0.33.0", env=_clean_env()))
-    assert "\nmeasured: vLLM 0.33.0 ran this set-up on a GPU, on native Linux:\nengine start " in measured
+    assert "\nmeasured on a GPU: vLLM 0.33.0 ran this set-up on native Linux:\nengine start " in measured
     rocm = ("--stack", "rocm", "--vllm", "0.33.0", "--matrix", _matrix_with(tmp_path, predicted_with_an_issue))
     text = _text(doctor(*flags[:4], *rocm, env=_clean_env()))
     assert "\npredicted from vLLM 0.33.0's own code, no GPU has run this set-up:\nengine start " in text

@@ -1,4 +1,4 @@
-"""The failure classifier, against the error texts recorded in ../shared/research/vllm-pinned-memory.md
+"""The failure classifier, against the error texts recorded in docs/research/vllm-pinned-memory.md
 (measured with vLLM 0.26.0 and torch 2.11 on an H200) and the runtimes' own error names."""
 
 import pytest

@@ -110,7 +110,7 @@ def test_each_kind_of_evidence_reads_as_the_published_sentence():
         evidence_sentence(e)
         for e in (
             Evidence(EvidenceKind.GATE_ONLY, "2026-11-27", "0.33.0"),
-            Evidence(EvidenceKind.EMULATED, "2026-11-28", "NVIDIA H200"),
+            Evidence(EvidenceKind.EMULATED, "2026-11-28", "NVIDIA H200", runner="h200-vllm-0.26.0-2026-11-28"),
             Evidence(EvidenceKind.NATIVE, "2026-11-29", "RTX 4090 (24 GB)", runner="wsl-1"),
             Evidence(EvidenceKind.SUPERSEDED, "", "", execution="gate-only", counts=(("pass", 3), ("skipped", 1))),
             Evidence(EvidenceKind.PROBE, "2026-11-20", "RTX 4090", passed=True),
@@ -118,7 +118,8 @@ def test_each_kind_of_evidence_reads_as_the_published_sentence():
         )
     ] == [
         "predicted: vLLM 0.33.0's own code decides, without a GPU (gate-only) (2026-11-27)",
-        "emulated on NVIDIA H200: native Linux, the uname presented as the cell's (2026-11-28)",
+        "emulated on NVIDIA H200: native Linux, the uname presented as the cell's, runner h200-vllm-0.26.0-2026-11-28 "
+        "(2026-11-28)",
         "native run on RTX 4090 (24 GB), runner wsl-1 (2026-11-29)",
         "also a gate-only result, not used for the status (3 pass, 1 skipped)",
         "probe on RTX 4090 (2026-11-20): mechanism works",

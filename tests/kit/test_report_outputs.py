@@ -19,7 +19,7 @@ from pathlib import Path
 from conftest import ROOT, run_module
 from test_report import gate_case, write_suite
 
-OUTPUTS = ("COMPATIBILITY.md", "index.html", "strips.svg", "compat.json")
+OUTPUTS = ("COMPATIBILITY.md", "index.html", "strips.svg", "bandwidth.svg", "compat.json")
 
 
 def small_input(folder: Path) -> Path:
