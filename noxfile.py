@@ -35,7 +35,7 @@ from matrix.errors import MatrixError  # noqa: E402
 from matrix.groups import GROUP_TESTS  # noqa: E402
 from matrix.host.here import detected_plan  # noqa: E402
 from matrix.host.record import EnvironmentRecord  # noqa: E402
-from matrix.layout import EVIDENCE_STORE, PROBES, UNKNOWN_RELEASE, run_dir  # noqa: E402
+from matrix.layout import ENGINE_BENCHES, EVIDENCE_STORE, PROBES, UNKNOWN_RELEASE, run_dir  # noqa: E402
 from matrix.plan import Plan, cell_pytest_args  # noqa: E402
 from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
 from matrix.report.bench import TEST_SERVER  # noqa: E402
@@ -528,8 +528,8 @@ def history(session: nox.Session) -> None:
 def publish(session: nox.Session) -> None:
     """The history (options after `--` as for history), then docs/matrix/ (the published table) from it.
 
-    Its inputs: results/history/, the evidence store (every GPU's result kept: matrix.evidence)
-    with its probe records (EVIDENCE_STORE/probes), and docs/bench/. The history's results behind it are kept beside it, in
+    Its inputs: results/history/, the evidence store (every GPU's result kept: matrix.evidence) with its probe
+    and engine-level benchmark records, and docs/bench/. The history's results behind it are kept beside it, in
     COMMITTED_HISTORY, and the doctor's part of it in matrix/doctor/matrix.json: commit all. The nightly workflow's
     publish job writes the same from the committed history when a night adds evidence.
     """
@@ -538,6 +538,7 @@ def publish(session: nox.Session) -> None:
     # Paths relative to the kit (nox runs in its directory): the published inputs name no machine's disk.
     store = str(EVIDENCE_STORE)
     inputs = ("results/history", "--evidence", store, "--probes", f"{store}/{PROBES}", "--bench", "docs/bench")
+    inputs += ("--engine-bench", f"{store}/{ENGINE_BENCHES}")
     # Exit 1 is a matrix with cells to look at, written: a GPU's regression is what the matrix is for publishing.
     session.run("python", "-m", "matrix", "report", *inputs, "--out", "docs/matrix", success_codes=[0, 1])
     # What the doctor answers from wherever the kit is installed: its part of the matrix, in the package.

@@ -179,6 +179,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         max_age_days=args.max_age_days,
         probes=args.probes,
         benches=args.bench,
+        engine_benches=args.engine_bench,
         store=Path(args.evidence) if args.evidence else None,
         community=Path(args.community) if args.community else None,
     )
@@ -226,12 +227,17 @@ def cmd_import_run(args: argparse.Namespace) -> int:
         cells = select(imported.run.cells)
         print(f"{visible(group)}: {visible(out)}/")
         print(render([summarize(out / f"{cell.id}.xml") for cell in cells]))
+    if imported.bench is not None:
+        from matrix.report.engine_bench import read_engine_bench, summary
+
+        print("\n".join(visible(line) for line in summary(read_engine_bench(imported.bench))))
     with tempfile.TemporaryDirectory(prefix="wslpin-probes-") as probes:
         # The report reads every *.json of its probe directory as a probe record: give it only this one.
         if imported.probe is not None:
             shutil.copy(imported.probe, probes)
         inputs = [str(out) for out in imported.directories.values()]
-        return write_report(inputs, Path(args.report), probes=probes)
+        benches = str(imported.bench.parent) if imported.bench is not None else None
+        return write_report(inputs, Path(args.report), probes=probes, engine_benches=benches)
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
@@ -388,6 +394,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--max-age-days", type=float, help="results older than this are stale")
     report.add_argument("--bench", help="a directory of benchmark records (`python -m repro bench`) to show")
     report.add_argument("--probes", help="a directory of probe records (`python -m repro probe --out`) to cite")
+    report.add_argument(
+        "--engine-bench",
+        metavar="DIR",
+        help="a directory of the offline GPU run's engine-level benchmark records (*.engine-bench.json) to show",
+    )
     report.add_argument(
         "--evidence",
         metavar="STORE",

@@ -32,9 +32,9 @@ from matrix.envelope import Envelope
 from matrix.errors import MatrixError
 from matrix.expectations import release_version
 from matrix.files import write_file
-from matrix.layout import PROBES
 from matrix.history_cache import VOLATILE_CASE_PROPERTIES
 from matrix.junit import properties, record_file
+from matrix.layout import ENGINE_BENCH_SUFFIX, ENGINE_BENCHES, PROBES
 from matrix.plan import Execution
 from matrix.report.claims import Claims
 from matrix.report.reading import InputError, UnreadableError, expand, outcome, parse, suites
@@ -147,37 +147,70 @@ def add_bundles(bundles: list[Path], store: Path, kit: Path = KIT) -> Added:
 
 
 def add_probes(inputs: list[str], store: Path, source: Source) -> Added:
-    """Each probe record among ``inputs`` (``*.probe.json`` in a results tree, or named) that a GPU measured,
-    kept in ``store/probes/<source>/`` once, by the digest of its bytes; any other, not kept, with the reason.
+    """Each probe record (``*.probe.json``) and engine-level benchmark record (``*.engine-bench.json``) among
+    ``inputs`` that a GPU measured, kept once (by the digest of its bytes) in ``store/probes/<source>/`` or
+    ``store/engine-bench/<source>/``; any other, not kept, with the reason.
 
-    Only a maintainer's run brings probes in: a night's artifacts carry no plan a probe record can be checked
-    against (it names no cell), and a record is believed no further than it can be checked."""
-    from matrix.report.model import read_probe
-
+    Only a maintainer's run brings them in: a night's artifacts carry no plan such a record can be checked
+    against (it names no cell), and a record is believed no further than it can be checked. A stand-in's
+    benchmark measures the bench, never pinned memory: it is never kept."""
     added = Added()
     if source is not Source.MAINTAINER:
         return added
+    for path in _named(inputs, ".probe.json"):
+        why_not, date = _probe(path)
+        _keep_record(path, why_not, store / PROBES / source.value, date, added)
+    for path in _named(inputs, ENGINE_BENCH_SUFFIX):
+        why_not, date = _engine_bench(path)
+        _keep_record(path, why_not, store / ENGINE_BENCHES / source.value, date, added)
+    return added
+
+
+def _named(inputs: list[str], suffix: str) -> list[Path]:
     found: list[Path] = []
     for item in map(Path, inputs):
-        found += sorted(item.rglob("*.probe.json")) if item.is_dir() else [item] if item.name.endswith(".json") else []
-    for path in found:
-        try:
-            probe = read_probe(path)
-        except MatrixError as exc:
-            added.not_kept.append(NotKept(str(path), "", f"not a probe record: {exc}"))
-            continue
-        if probe.stack == "none" or probe.gpu in ("", "?", "none"):
-            added.not_kept.append(NotKept(str(path), "", "a probe record of a machine without a GPU"))
-            continue
-        data = path.read_bytes()
-        digest = hashlib.sha256(data).hexdigest()[:16]
-        present = sorted((store / PROBES).glob(f"*/*-{digest}.json"))
-        if present:
-            added.already.append(present[0])
-            continue
-        name = f"{_date(probe.collected_at)}-{probe.stack}-{probe.host}-{digest}.json"
-        added.new.append(write_file(store / PROBES / source.value, name, data))
-    return added
+        found += sorted(item.rglob(f"*{suffix}")) if item.is_dir() else [item] if item.name.endswith(suffix) else []
+    return found
+
+
+def _probe(path: Path) -> tuple[str, str]:
+    """Why the probe record at ``path`` is not kept (empty: it is), and its name's date and host."""
+    from matrix.report.model import read_probe
+
+    try:
+        probe = read_probe(path)
+    except MatrixError as exc:
+        return f"not a probe record: {exc}", ""
+    if probe.stack == "none" or probe.gpu in ("", "?", "none"):
+        return "a probe record of a machine without a GPU", ""
+    return "", f"{_date(probe.collected_at)}-{probe.stack}-{probe.host}"
+
+
+def _engine_bench(path: Path) -> tuple[str, str]:
+    from matrix.report.engine_bench import read_engine_bench
+
+    try:
+        bench = read_engine_bench(path)
+    except MatrixError as exc:
+        return f"not an engine-level benchmark record: {exc}", ""
+    if bench.stand_in:
+        return f"a stand-in's benchmark, which measures the bench and not vLLM ({bench.stand_in_reason})", ""
+    if not bench.gpu or not bench.benches:
+        return "an engine-level benchmark that measured nothing on a GPU", ""
+    return "", f"{_date(bench.started_at)}-vllm-{bench.vllm_version}"
+
+
+def _keep_record(path: Path, why_not: str, folder: Path, named: str, added: Added) -> None:
+    if why_not:
+        added.not_kept.append(NotKept(str(path), "", why_not))
+        return
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    present = sorted(folder.parent.glob(f"*/*-{digest}{''.join(path.suffixes[-2:])}"))
+    if present:
+        added.already.append(present[0])
+        return
+    added.new.append(write_file(folder, f"{named}-{digest}{''.join(path.suffixes[-2:])}", data))
 
 
 def _put(store: Path, source: Source, envelope: Envelope, cases: list[Element], added: Added) -> None:

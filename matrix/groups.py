@@ -1,6 +1,7 @@
 """The test groups a run is made of, and what pytest runs for each (``results/<vLLM>/<group>/``).
 
-A session runs one group; the offline GPU run (``repro/gpu_run.py``) runs three, one pytest each.
+A session runs one group; the offline GPU run (``repro/gpu_run.py``) runs three, one pytest each, and then its
+engine bench, which is no pytest group: one record, no JUnit.
 Results are kept per group, so no run replaces another's (matrix/layout.py).
 """
 
@@ -14,3 +15,6 @@ GROUP_TESTS: dict[str, tuple[str, ...]] = {
     "repro": ("tests/cell/test_repro.py", "-k", "not bare_torch_probe"),
     "probe": ("tests/cell/test_repro.py", "-k", "bare_torch_probe"),
 }
+# The offline GPU run's engine-level A/B of pinned memory (repro/engine_bench.py): its record goes to
+# results/<vLLM>/bench/ (matrix/offline.py).
+BENCH_GROUP = "bench"

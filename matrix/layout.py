@@ -34,3 +34,6 @@ def run_dir(root: Path, release: str, group: str, image: str = "") -> Path:
 EVIDENCE_STORE = Path("docs/evidence/runs")
 # Within a store: its probe records (repro/probe/), by source; they name no vLLM release and no cell.
 PROBES = "probes"
+# And its engine-level benchmark records (matrix.report.engine_bench), by source, each named ``*<suffix>``.
+ENGINE_BENCHES = "engine-bench"
+ENGINE_BENCH_SUFFIX = ".engine-bench.json"

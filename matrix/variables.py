@@ -102,3 +102,11 @@ PRESENT_HOST = Variable(
     "the WSL2 host cell whose uname each Python process shows vLLM",
     (),
 )
+
+# The kit's own: the offline GPU run's engine bench (repro/engine_bench.py) times a stand-in instead of vLLM's engine,
+# so that its planning, processes, deadline, statistics and record run where there is no GPU; its record says so.
+BENCH_ENGINE = Variable(
+    "WSLPIN_BENCH_ENGINE",
+    "stand-in: the offline GPU run's engine bench times a stand-in generate instead of vLLM's engine",
+    ("stand-in",),
+)

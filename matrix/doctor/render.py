@@ -85,7 +85,9 @@ def _how_known(a: Answer) -> str:
     return {
         Level.DOCUMENTED: "documented: a vendor's requirement says so, nothing has run this set-up",
         Level.PREDICTED: f"predicted from vLLM {vllm}'s own code, no GPU has run this set-up",
-        Level.COMMUNITY: f"community: a user ran vLLM {vllm} on {host} ({gpu}) and sent the result, not verified by the kit",
+        Level.COMMUNITY: (
+            f"community: a user ran vLLM {vllm} on {host} ({gpu}) and sent the result, not verified by the kit"
+        ),
         Level.EMULATED: f"emulated on {gpu}: vLLM {vllm} ran under native Linux shown this uname, not on {host}",
         Level.NATIVE: f"measured on {gpu}: vLLM {vllm} ran this set-up on {host}",
         Level.NONE: f"no evidence: nothing has run this set-up with vLLM {vllm}",

@@ -9,10 +9,12 @@ Every word and number format of that section is here; the templates only place t
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
+from matrix.report.engine_bench import ArmFigure, CellBench, Comparison, EngineBench
 from matrix.report.model import Bandwidth, Probe, Report
+from matrix.variables import OPT_IN, PIN_MEMORY, UNSET
 from matrix.words import HOST_NAMES, STACK_NAMES
 
 TITLE = "What pinned memory buys: host-device copies, pinned against pageable"
@@ -31,6 +33,26 @@ COLUMNS = (
     "GPU → pinned",
     "GPU → pageable",
     "pinned / pageable",
+)
+
+ENGINE_TITLE = f"What pinned memory buys in vLLM's engine: inter-token latency, {PIN_MEMORY.name} unset and =1"
+ENGINE_INTRO = (
+    "Measured by the offline GPU run's bench group: the same token-id prompts decoded greedily by vLLM's engine "
+    "in-process, one engine process per arm, the arms interleaved over rounds; the difference is median(=1) / "
+    "median(unset) − 1 with its 95% bootstrap interval, resampled within rounds. On an emulated cell the figure "
+    "is vLLM's code path on native Linux, not what WSL2 costs: that comes only from real WSL2 machines."
+)
+ENGINE_EMPTY = "No engine-level measurement yet: the offline GPU run's bench group has not run on a GPU."
+ENGINE_COLUMNS = (
+    "cell",
+    "configuration",
+    "execution",
+    "batch",
+    "ITL unset: median",
+    "ITL =1: median",
+    "=1 against unset",
+    "throughput unset → =1",
+    "verdict",
 )
 
 # The chart's frame, in SVG user units.
@@ -80,6 +102,17 @@ class Chart:
 
 
 @dataclass(frozen=True)
+class EngineTable:
+    """One engine-level benchmark record: vLLM's inter-token latency with the variable unset and =1."""
+
+    title: str
+    source: str  # the GPU, the model, when, and whether the engines were vLLM's
+    stand_in: bool
+    rows: tuple[tuple[str, ...], ...]  # ENGINE_COLUMNS
+    notes: tuple[str, ...]  # what each (cell, configuration)'s figure is and is not, and what did not run
+
+
+@dataclass(frozen=True)
 class PinnedView:
     title: str
     intro: str
@@ -88,6 +121,11 @@ class PinnedView:
     charts: tuple[Chart, ...]
     width: int
     height: int  # of one chart; bandwidth.svg stacks them
+    engine_title: str
+    engine_intro: str
+    engine_empty: str
+    engine_columns: tuple[str, ...]
+    engines: tuple[EngineTable, ...]
 
 
 def size_words(n: int) -> str:
@@ -173,7 +211,83 @@ def chart(probe: Probe) -> Chart:
     )
 
 
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f} ms"
+
+
+def _arm(figure: ArmFigure | None) -> str:
+    if figure is None or figure.median_ms is None:
+        return "did not measure"
+    return f"{_ms(figure.median_ms)} (p90 {_ms(figure.p90_ms)}, n={figure.n})"
+
+
+def _difference(c: Comparison) -> str:
+    if c.relative is None:
+        return "–"
+    interval = f" [{c.low:+.1%}, {c.high:+.1%}]" if c.low is not None and c.high is not None else ""
+    return f"{c.relative:+.1%}{interval}"
+
+
+def _throughput(bench: CellBench, arm: str, batch: int) -> str:
+    rates = sorted(
+        rate
+        for side in bench.arms
+        if side.arm == arm
+        for process in side.processes
+        for samples in process.samples
+        if samples.batch == batch
+        for rate in samples.tokens_per_s
+    )
+    return f"{rates[len(rates) // 2]:,.0f} tok/s" if rates else "–"
+
+
+def engine_table(record: EngineBench) -> EngineTable:
+    model = record.model
+    size = f"{model.parameters / 1e6:.1f}M parameters, {model.bytes / 2**20:.1f} MiB in {model.dtype}"
+    engines = "a stand-in engine, not vLLM: its figures measure the bench" if record.stand_in else "vLLM's engine"
+    source = (
+        f"{engines}; {model.architecture} of {model.layers} layers ({size}); "
+        f"{record.rounds_run} of {record.settings.rounds} rounds, run {record.started_at[:10]}"
+        + (f" ({record.stopped})" if record.stopped else "")
+    )
+    rows = []
+    for bench in record.benches:
+        for c in bench.comparisons:
+            figures = {figure.arm: figure for figure in c.arms}
+            rows.append(
+                (
+                    bench.cell,
+                    bench.configuration.value,
+                    bench.execution.value,
+                    str(c.batch),
+                    _arm(figures.get(UNSET)),
+                    _arm(figures.get(OPT_IN)),
+                    _difference(c),
+                    f"{_throughput(bench, UNSET, c.batch)} → {_throughput(bench, OPT_IN, c.batch)}",
+                    c.verdict,
+                )
+            )
+    notes = tuple(dict.fromkeys(f"{b.cell} ({b.configuration.value}): {b.note}" for b in record.benches if b.note))
+    notes += tuple(f"{cell.cell}: not run: {cell.reason}" for cell in record.skipped)
+    title = f"vLLM {record.vllm_version}'s engine on {record.gpu or 'no GPU'}"
+    return EngineTable(title + (" (stand-in)" if record.stand_in else ""), source, record.stand_in, tuple(rows), notes)
+
+
 def pinned_view(report: Report) -> PinnedView:
-    """Every probe with a bandwidth table, newest first."""
+    """Every probe with a bandwidth table and every engine-level benchmark, newest first."""
     measured = sorted((p for p in report.probes if p.bandwidth), key=lambda p: p.collected_at, reverse=True)
-    return PinnedView(TITLE, INTRO, EMPTY, COLUMNS, tuple(map(chart, measured)), WIDTH, HEIGHT)
+    benches = sorted(report.engine_benches, key=lambda b: b.started_at, reverse=True)
+    return PinnedView(
+        TITLE,
+        INTRO,
+        EMPTY,
+        COLUMNS,
+        tuple(map(chart, measured)),
+        WIDTH,
+        HEIGHT,
+        ENGINE_TITLE,
+        ENGINE_INTRO,
+        ENGINE_EMPTY,
+        ENGINE_COLUMNS,
+        tuple(map(engine_table, benches)),
+    )

@@ -52,6 +52,12 @@ BENCH = JsonKind(
     "bench.schema.json",
     "give a directory whose bench.json files `python -m repro bench` wrote",
 )
+ENGINE_BENCH = JsonKind(
+    "--engine-bench",
+    "an engine-level benchmark record",
+    "engine-bench.schema.json",
+    "give records the offline GPU run wrote (its bench.json, `*.engine-bench.json` once `matrix import-run` copied it)",
+)
 
 RUNNERS = JsonKind(
     "--runners",

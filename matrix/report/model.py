@@ -14,9 +14,11 @@ from matrix.cells import Host, Mode, ModelClass, Runner, Stack
 from matrix.errors import MatrixError
 from matrix.evidence import Source, origin
 from matrix.expectations import Rule, default_runner_key, load_rules, release_version
+from matrix.layout import ENGINE_BENCH_SUFFIX
 from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
 from matrix.report.claims import Claims
+from matrix.report.engine_bench import EngineBench, read_engine_bench
 from matrix.report.json_input import PROBE, read_json_input
 from matrix.report.reading import Inputs, read_inputs
 from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
@@ -135,6 +137,7 @@ class Report:
     max_age_days: float | None = None
     diff: Diff | None = None
     probes: list[Probe] = field(default_factory=list)
+    engine_benches: list[EngineBench] = field(default_factory=list)  # the offline GPU run's engine-level A/Bs
     changes: list[ReleaseChange] = field(default_factory=list)
     benches: dict[tuple[str, str], BenchSummary] = field(default_factory=dict)  # the latest per (cell id, vLLM)
     verdicts: dict[tuple[str, str], CellVerdicts] = field(default_factory=dict)  # (vLLM, cell id)
@@ -359,6 +362,13 @@ def load_probes(directory: str | None) -> list[Probe]:
     return [read_probe(path) for path in sorted(Path(directory).rglob("*.json"))]
 
 
+def load_engine_benches(directory: str | None) -> list[EngineBench]:
+    """The engine-level benchmark records (``*.engine-bench.json``) of ``directory`` and the folders under it."""
+    if not directory or not Path(directory).is_dir():
+        return []
+    return [read_engine_bench(path) for path in sorted(Path(directory).rglob(f"*{ENGINE_BENCH_SUFFIX}"))]
+
+
 def _records(stores: tuple[Path, ...]) -> list[str]:
     """The stores that hold records (an input directory without one is an error; an empty store is not)."""
     return [str(store) for store in stores if any(store.rglob("*.xml"))]
@@ -384,6 +394,7 @@ def build_report(
     now: dt.datetime | None = None,
     probes: str | None = None,
     benches: str | None = None,
+    engine_benches: str | None = None,
     claims: Claims | None = None,
     stores: tuple[Path, ...] = (),
 ) -> Report:
@@ -422,6 +433,7 @@ def build_report(
         versions,
         max_age_days,
         probes=load_probes(probes),
+        engine_benches=load_engine_benches(engine_benches),
         changes=release_changes(versions, rules),
         benches=latest_per_cell(benches),
         verdicts=judge_verdicts(versions, verdict_rules),

@@ -8,6 +8,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from matrix.cells import ModelClass
+from matrix.report.engine_bench import EngineBench
 from matrix.report.model import Evidence, Report
 from matrix.report.status import CaseRecord, CellReport
 from matrix.report.view import advice, answer_sentence, evidence_sentence, plain, why
@@ -112,8 +113,35 @@ def to_document(report: Report, cells: bool = True) -> dict:
         ],
         "diff": asdict(report.diff) if report.diff else None,
         "probes": [asdict(p) for p in report.probes],
+        "engine_benches": [_engine_bench(b) for b in report.engine_benches],
         "changes": [asdict(c) for c in report.changes],
         "contradictions": [_flat(c) for c in report.contradictions] if cells else [],
+    }
+
+
+def _engine_bench(bench: EngineBench) -> dict:
+    """An engine-level benchmark as the API gives it: what ran, on what, and each comparison; the per-process
+    samples stay in its record."""
+    return {
+        "started_at": bench.started_at,
+        "gpu": bench.gpu,
+        "vllm": bench.vllm_version,
+        "torch": bench.torch_version,
+        "stand_in": bench.stand_in,
+        "model": asdict(bench.model),
+        "rounds_run": bench.rounds_run,
+        "stopped": bench.stopped,
+        "cells": [
+            {
+                "cell": cell.cell,
+                "configuration": cell.configuration.value,
+                "execution": cell.execution.value,
+                "note": cell.note,
+                "comparisons": [asdict(c) for c in cell.comparisons],
+            }
+            for cell in bench.benches
+        ],
+        "skipped": [asdict(cell) for cell in bench.skipped],
     }
 
 

@@ -179,9 +179,9 @@ def _pinned(pinned: PinnedView) -> Iterator[str]:
     if not pinned.charts:
         yield md(pinned.empty)
         yield ""
-        return
-    yield f"![{md(pinned.title)}](bandwidth.svg)"
-    yield ""
+    else:
+        yield f"![{md(pinned.title)}](bandwidth.svg)"
+        yield ""
     for chart in pinned.charts:
         yield f"### {md(chart.title)}"
         yield ""
@@ -195,6 +195,27 @@ def _pinned(pinned: PinnedView) -> Iterator[str]:
         for sentence in chart.offload_step:
             yield f"- {md(sentence)}"
         if chart.offload_step:
+            yield ""
+    yield f"### {md(pinned.engine_title)}"
+    yield ""
+    yield md(pinned.engine_intro)
+    yield ""
+    if not pinned.engines:
+        yield md(pinned.engine_empty)
+        yield ""
+    for engine in pinned.engines:
+        yield f"#### {md(engine.title)}"
+        yield ""
+        yield f"_{md(engine.source)}_"
+        yield ""
+        yield "| " + " | ".join(md(name) for name in pinned.engine_columns) + " |"
+        yield "|" + "---|" * len(pinned.engine_columns)
+        for row in engine.rows:
+            yield "| " + " | ".join(md(value) for value in row) + " |"
+        yield ""
+        for note in engine.notes:
+            yield f"- {md(note)}"
+        if engine.notes:
             yield ""
 
 

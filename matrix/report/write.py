@@ -38,6 +38,7 @@ def write_report(
     max_age_days: float | None = None,
     probes: str | None = None,
     benches: str | None = None,
+    engine_benches: str | None = None,
     store: Path | None = None,
     community: Path | None = None,
 ) -> int:
@@ -63,6 +64,7 @@ def write_report(
                 max_age_days=max_age_days,
                 probes=probes,
                 benches=benches,
+                engine_benches=engine_benches,
                 claims=load_claims(runners, list(inputs)) if runners else None,
                 stores=stores,
             )

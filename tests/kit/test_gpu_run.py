@@ -1,9 +1,11 @@
 """The offline GPU run (tools/gpu_run.sh), dry-run here, and the import of what it hands back.
 
-No GPU here: every cell is planned gate-only, so the gate tests run and the probe and repro groups
-reach pytest with every case skipped for want of a GPU. The kit's test venv stands in for the
-device's python3, and its vLLM 0.33.0 (gate-only) for the carried 0.26.0. The run gets the kit's
-tree as a device call sends it (tracked and untracked-not-ignored files) plus what it carries.
+No GPU here: every cell is planned gate-only, so the gate tests run, the probe and repro groups
+reach pytest with every case skipped for want of a GPU, and the engine bench is skipped, none of
+its cells having one (tests/kit/test_engine_bench.py runs it with its stand-in engine). The kit's
+test venv stands in for the device's python3, and its vLLM 0.33.0 (gate-only) for the carried
+0.26.0. The run gets the kit's tree as a device call sends it (tracked and untracked-not-ignored
+files) plus what it carries.
 """
 
 import json
@@ -21,7 +23,7 @@ from conftest import ROOT, require_gate_only, run_module
 
 from matrix.cells import select
 from matrix.host.facts import torch_info, vllm_info
-from matrix.offline import IMPORTED_PROBE, PROBE_RECORD, GroupRun, GroupStatus, group_junit
+from matrix.offline import BENCH_RECORD, IMPORTED_PROBE, PLAN_RECORD, PROBE_RECORD, GroupRun, GroupStatus, group_junit
 from matrix.plan import CellPlan, Execution
 from matrix.report.reading import parse, properties
 from repro import gpu_run
@@ -120,11 +122,24 @@ def test_the_dry_run_writes_every_group_within_the_limits(dry_run):
     assert len(files) <= MAX_FILES and all(f.is_file() and FILE_NAME.match(f.name) for f in files)
     assert all(f.stat().st_size <= MAX_FILE for f in files) and sum(f.stat().st_size for f in files) <= MAX_FILES_TOTAL
     groups = {f"{group}.xml" for group in GROUPS}
-    assert {f.name for f in files} >= {"run.json", "env.json", "plan.json", "gpu-run.log", *groups}
+    # The plan stays behind (the import makes it again from env.json); the skipped bench writes no record.
+    names = {f.name for f in files}
+    assert names >= {"run.json", "env.json", "gpu-run.log", *groups} and not names & {PLAN_RECORD, BENCH_RECORD}
     run = json.loads((out / "run.json").read_text())
     assert [(g["group"], g["status"], g["exit_code"]) for g in run["groups"]] == [
-        (group, "finished", 0) for group in gpu_run.GROUPS
+        *((group, "finished", 0) for group in gpu_run.GROUPS),
+        ("bench", "skipped", None),
     ]
+    why = "no cell of the bench has a GPU here: cuda-linux-v1-graph: no GPU for this cell: gate-only ("
+    reason = run["groups"][-1]["reason"]
+    assert reason.startswith(why) and reason.endswith(
+        "cuda-wsl2new-v1-eager, cuda-wsl2new-v2-eager: not in the run's plan"
+    )
+    log = (out / "gpu-run.log").read_text()
+    assert f"bench: skipped: {why}" in log and "--plan=$RUN_TMP/plan.json" in log
+    # The groups before the bench end the bench's seconds before the run's deadline, their children earlier still.
+    kept = gpu_run.DEFAULT_BENCH_SECONDS + gpu_run.STOP_GRACE
+    assert run["groups_deadline_s"] == pytest.approx(run["deadline_s"] - kept, abs=0.2)
     # The record says which vLLM and torch ran: the Python's own, nothing installed.
     packages = json.loads((out / "env.json").read_text())["packages"]
     assert packages["vllm"]["version"] == vllm_info()["version"]
@@ -172,11 +187,13 @@ def test_a_run_past_its_deadline_records_every_case_as_not_run(device_kit, tmp_p
     require_gate_only(DRY_CELLS)
     out = tmp_path / "out"
     # Half a second for the children: whichever group starts finds its children cut, and pytest itself
-    # may be stopped (the gate's parent imports torch before it finds no child may start).
-    done = run_on_device(device_kit, out, "--cells", DRY_CELLS, "--budget", str(gpu_run.RESERVE + 0.5))
+    # may be stopped (the gate's parent imports torch before it finds no child may start). Nothing is kept for
+    # the bench, which has no cell with a GPU here anyway.
+    budget = str(gpu_run.RESERVE + gpu_run.STOP_GRACE + 0.5)
+    done = run_on_device(device_kit, out, "--cells", DRY_CELLS, "--budget", budget, "--bench-seconds", "0")
     assert done.returncode == 1
     run = json.loads((out / "run.json").read_text())
-    assert run["groups"][-1]["status"] == "not-started"
+    assert [g["status"] for g in run["groups"]][-2:] == ["not-started", "skipped"]
     imported = import_run(out, tmp_path)
     assert imported.returncode == 0, imported.stderr
     for group in GROUPS:
@@ -229,7 +246,7 @@ def test_a_pytest_stopped_at_the_deadline_keeps_what_finished(tmp_path):
     plans = [CellPlan(cell, Execution.NATIVE, "stand-in") for cell in select("cuda-linux-v1-*")]
     into = tmp_path / "into"
     into.mkdir()
-    raw = group_junit(tmp_path, GroupRun("repro", GroupStatus.STOPPED, 2, 9.0), plans, 510.0, into)
+    raw = group_junit(tmp_path, GroupRun("repro", GroupStatus.STOPPED, 2, 9.0), plans, "the run's deadline", into)
     cases = [(c.get("name"), properties(c)["cell"], c.find("skipped") is not None) for c in parse(raw).iter("testcase")]
     assert cases == [
         ("test_case[cuda-linux-v1-graph]", "cuda-linux-v1-graph", False),
@@ -276,6 +293,8 @@ def test_mistakes_are_one_line(tmp_path):
         (["--budget", "5"], "leaves nothing to run"),
         (["--cells", "nope"], "bad cell id"),
         (["--jobs", "0"], "runs no engine"),
+        (["--bench-seconds", "-1"], "keeps the bench less than nothing"),
+        (["--budget", "100", "--bench-seconds", "60"], "leaves the groups before the bench nothing of --budget 100"),
     ):
         done = run_module("repro.gpu_run", "--out", str(tmp_path / "out"), *args)
         assert done.returncode == 2 and says in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr

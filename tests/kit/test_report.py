@@ -417,7 +417,13 @@ def test_a_lone_surrogate_in_a_runners_nox_report_is_shown_and_every_output_writ
     out = tmp_path / "out"
     done = run_module("matrix", "report", str(result), "--nox-report", str(nox), "--out", str(out))
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["COMPATIBILITY.md", "bandwidth.svg", "compat.json", "index.html", "strips.svg"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "COMPATIBILITY.md",
+        "bandwidth.svg",
+        "compat.json",
+        "index.html",
+        "strips.svg",
+    ]
     (release,) = json.loads((out / "compat.json").read_text())["versions"]
     (crashed,) = [c for c in release["cells"] if c["id"] == "cuda-linux-v1-eager"]
     assert crashed["status"] == "crashed" and "died \\ud800 here" in crashed["reason"]
