@@ -21,15 +21,18 @@ from matrix.host.classify import ENV_SCHEMA
 from matrix.host.facts import collect_environment
 from matrix.host.record import EnvironmentRecord
 from matrix.plan import Plan
+from matrix.layout import EVIDENCE_STORE
 from matrix.releases import HISTORY_VERSIONS
 from matrix.report import render_html, render_json, render_md
 from matrix.report.bench import BenchSummary
 from matrix.report.model import Evidence, EvidenceKind, build_report
+from matrix.report.reading import parse
 from matrix.report.render_json import SCHEMA_FILE
 from matrix.report.view import build_view, evidence_sentence
 
 PUBLISHED = ROOT / "docs" / "matrix" / "compat.json"
 COMMITTED_HISTORY = ROOT / "docs" / "evidence" / "history.tar.xz"
+STORE = ROOT / EVIDENCE_STORE
 
 
 def rocm_new_kernel(tmp_path, version: str, pin: str):
@@ -251,10 +254,15 @@ def test_the_published_matrix_was_made_by_a_committed_kit_on_this_branch(publish
 def test_the_history_behind_the_published_matrix_is_committed_whole_beside_it(published, tmp_path):
     # What a fresh clone reuses instead of recomputing (matrix.history_cache): each release's files, as the
     # matrix read them, under a manifest that names each with its hash and the key it was computed under.
+    # Beside the history, the matrix reads the evidence store's records (matrix.evidence): a GPU's results, which
+    # no recomputation gives back and which the store keeps itself.
     read: dict[str, set[str]] = {}
-    for name in published["inputs"]["files"]:
+    history = [name for name in published["inputs"]["files"] if Path(name).parts[:2] == ("results", "history")]
+    for name in history:
         release, cell_file = Path(name).parts[-2:]
         read.setdefault(release, set()).add(cell_file)
+    stored = len(published["inputs"]["files"]) - len(history)
+    assert stored == len([p for p in STORE.rglob("*.xml") if p.is_file()]), "the store's records, each read once"
     committed = history_cache.read_committed(COMMITTED_HISTORY)
     assert sorted(committed) == sorted(read), "run `nox -s publish` and commit docs/"
     cases = 0
@@ -266,7 +274,8 @@ def test_the_history_behind_the_published_matrix_is_committed_whole_beside_it(pu
         assert history_cache.cached_entry(entry) == entry, f"{release} is not whole: run `nox -s publish`, commit docs/"
         assert {p.name for p in entry.glob("*.xml")} == read[release], release
         cases += sum(len(history_cache.normalised(entry)[name][1]) for name in read[release])
-    assert cases == published["inputs"]["testcases_read"]
+    from_store = sum(len(list(parse(p).iter("testcase"))) for p in STORE.rglob("*.xml"))
+    assert cases + from_store == published["inputs"]["testcases_read"]
 
 
 def test_what_publish_rewrites_leaves_the_kit_commit_clean_and_a_code_change_does_not(tmp_path):
