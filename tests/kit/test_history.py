@@ -20,8 +20,8 @@ from matrix.errors import MatrixError
 from matrix.host.classify import ENV_SCHEMA
 from matrix.host.facts import collect_environment
 from matrix.host.record import EnvironmentRecord
-from matrix.plan import Plan
 from matrix.layout import EVIDENCE_STORE
+from matrix.plan import Plan
 from matrix.releases import HISTORY_VERSIONS
 from matrix.report import render_html, render_json, render_md
 from matrix.report.bench import BenchSummary
