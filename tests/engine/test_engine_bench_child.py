@@ -40,7 +40,8 @@ def test_the_bench_child_times_vllms_engine_and_says_why_it_has_no_profile(model
     assert Path(spec["bench"]["ready"]).exists()
     assert [(s.batch, len(s.itl_ms), len(s.tokens_per_s)) for s in process.samples] == [(1, 2, 2), (2, 2, 2)]
     assert all(x > 0 for s in process.samples for x in (*s.itl_ms, *s.tokens_per_s))
-    # vLLM's CPU platform has no pinned memory, and its offloader moved nothing: there was no offload.
-    assert process.pin_memory is False and process.offloaded is not True
+    # vLLM's CPU platform has no pinned memory. Where weights live says nothing here: on the CPU backend every
+    # parameter is on the CPU, which vLLM's account cannot tell from offloaded (seen: offloaded True, no offload).
+    assert process.pin_memory is False
     assert process.profile is None and process.profile_reason == "no CUDA device in this process: nothing to profile"
     print(f"\nbench child on vLLM's CPU engine: {seconds:.1f} s; ITL {process.samples[0].itl_ms} ms at batch 1")
