@@ -205,12 +205,12 @@ def _keep_record(path: Path, why_not: str, folder: Path, named: str, added: Adde
         added.not_kept.append(NotKept(str(path), "", why_not))
         return
     data = path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()[:16]
-    present = sorted(folder.parent.glob(f"*/*-{digest}{''.join(path.suffixes[-2:])}"))
+    kept_as = f"{hashlib.sha256(data).hexdigest()[:16]}{''.join(path.suffixes[-2:])}"
+    present = sorted(folder.parent.glob(f"*/*-{kept_as}"))
     if present:
         added.already.append(present[0])
         return
-    added.new.append(write_file(folder, f"{named}-{digest}{''.join(path.suffixes[-2:])}", data))
+    added.new.append(write_file(folder, f"{named}-{kept_as}", data))
 
 
 def _put(store: Path, source: Source, envelope: Envelope, cases: list[Element], added: Added) -> None:

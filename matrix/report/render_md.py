@@ -66,6 +66,14 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _table(columns: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> Iterator[str]:
+    """A table of plain values, each escaped."""
+    yield _row([md(name) for name in columns])
+    yield "|---" * len(columns) + "|"
+    for values in rows:
+        yield _row([md(value) for value in values])
+
+
 def _grid(release: ReleaseView, footnotes: dict[str, int]) -> list[str]:
     lines = ["| | " + " | ".join(release.columns) + " |", "|---" * (len(release.columns) + 1) + "|"]
     for row in release.rows:
@@ -187,10 +195,7 @@ def _pinned(pinned: PinnedView) -> Iterator[str]:
         yield ""
         yield f"{md(chart.headline)} _{md(chart.source)}_"
         yield ""
-        yield "| " + " | ".join(md(name) for name in pinned.columns) + " |"
-        yield "|" + "---|" * len(pinned.columns)
-        for row in chart.rows:
-            yield "| " + " | ".join(md(value) for value in row) + " |"
+        yield from _table(pinned.columns, chart.rows)
         yield ""
         for sentence in chart.offload_step:
             yield f"- {md(sentence)}"
@@ -208,10 +213,7 @@ def _pinned(pinned: PinnedView) -> Iterator[str]:
         yield ""
         yield f"_{md(engine.source)}_"
         yield ""
-        yield "| " + " | ".join(md(name) for name in pinned.engine_columns) + " |"
-        yield "|" + "---|" * len(pinned.engine_columns)
-        for row in engine.rows:
-            yield "| " + " | ".join(md(value) for value in row) + " |"
+        yield from _table(pinned.engine_columns, engine.rows)
         yield ""
         for note in engine.notes:
             yield f"- {md(note)}"
