@@ -425,7 +425,7 @@ COMMITTED_HISTORY = Path("docs/evidence/history.tar.xz")
 HISTORY_COMMANDS = ("env", "plan", "split")
 
 
-def _history(session: nox.Session, *, record: bool) -> None:
+def _history(session: nox.Session, *, record: bool) -> list[str]:
     """Every release's gate and engine-config tests of 24 cells -> results/history/<v>/, through the history cache.
 
     A release whose key (matrix.history_cache: the release, the lock, torch, Python, this machine's plan, the
@@ -500,6 +500,7 @@ def _history(session: nox.Session, *, record: bool) -> None:
             f"recheck: {', '.join(o.version for o in differing)} recomputed differently from the cache: find what "
             "the key misses (differences above), then run again with -- --fresh"
         )
+    return versions
 
 
 def _recheck(session: nox.Session, option: str | None, versions: list[str]) -> frozenset[str]:
@@ -533,8 +534,18 @@ def publish(session: nox.Session) -> None:
     COMMITTED_HISTORY, and the doctor's part of it in matrix/doctor/matrix.json: commit all. The nightly workflow's
     publish job writes the same from the committed history when a night adds evidence.
     """
-    _history(session, record=True)
+    versions = _history(session, record=True)
     session.install("-e", ".[report]")
+    # A failure no rule or expectation explains is one the kit cannot read: a stop, not a verdict to publish.
+    for version in versions:
+        where = RESULTS / "history" / version
+        try:
+            session.run("python", "-m", "matrix", "summary", "--cells", "all", "--results", str(where), "--strict")
+        except nox.command.CommandFailed:
+            session.error(
+                f"vLLM {version}'s gate failed where no rule or expectation explains it (the table above): read "
+                f"the failures in {where.relative_to(ROOT)}, then mend the kit or add the rule; nothing was published"
+            )
     # Paths relative to the kit (nox runs in its directory): the published inputs name no machine's disk.
     store = str(EVIDENCE_STORE)
     inputs = ("results/history", "--evidence", store, "--probes", f"{store}/{PROBES}", "--bench", "docs/bench")

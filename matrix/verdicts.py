@@ -50,6 +50,7 @@ URGENCY = (
 class Workaround(enum.StrEnum):
     EAGER = "eager"
     V1_RUNNER = "v1-runner"
+    V2_RUNNER = "v2-runner"  # a release without the V1 runner: unset the variable that asks for it
 
 
 # Keys a rule may look at: what vLLM decided, what the engine did, and the engine_start outcome itself.

@@ -148,7 +148,11 @@ def _engine_bench(bench: EngineBench) -> dict:
 def _default_runners(report: Report, vllm: str) -> dict:
     """A release's default runner per model class, and on its own the dense model's (what most users run)."""
     runners = report.default_runners(vllm)
-    return {"default_runner": runners[ModelClass.DENSE.value], "default_runners": runners}
+    return {
+        "default_runner": runners[ModelClass.DENSE.value],
+        "default_runners": runners,
+        "v2_architectures": report.v2_architectures(vllm),
+    }
 
 
 def _dumps(value: object) -> str:
