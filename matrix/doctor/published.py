@@ -12,7 +12,7 @@ import enum
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,8 +31,21 @@ PACKAGED = Path(__file__).with_name("matrix.json")
 # What each cell keeps: every field ``_cell`` reads.
 _CELL_FIELDS = ("id", "command", "evidence", "verdicts", "status", "issues")
 _VERDICT_FIELDS = ("verdict", "level", "advice", "why", "issues")
+# Kept where the compat.json has them: a matrix made before the report wrote them is still read, without.
+_VERDICT_NEWER_FIELDS = ("outcomes", "kept")
+_RELEASE_NEWER_FIELDS = ("v2_architectures",)
 A = TypeVar("A", bound=Axis)
 REGENERATE = "regenerate it with `nox -s report`, or pass --matrix PATH"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The answer for one who keeps VLLM_WSL2_ENABLE_PIN_MEMORY at a value (compat.json's ``kept``)."""
+
+    verdict: Verdict
+    level: Level
+    advice: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,8 @@ class QuestionVerdict:
     advice: str
     why: str
     issues: tuple[str, ...]  # the issues the verdict's rules name (URLs)
+    # Per value of the variable ("unset", "1"); empty in a matrix made before the report wrote them.
+    kept: Mapping[str, Kept] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -123,11 +138,24 @@ def release_number(text: str) -> tuple[int, ...] | None:
 
 
 @dataclass(frozen=True)
+class V2Architectures:
+    """How a release that picks its runner by the model's architecture picks it (compat.json's v2_architectures)."""
+
+    listed: tuple[str, ...]  # vLLM's DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES
+    runner: Mapping[str, Runner]  # "listed-dense", "listed-moe", "unlisted-dense", "unlisted-moe"
+    moe: tuple[str, ...]  # architectures whose vLLM model class is MoE
+
+
+RUNNER_KEYS = tuple(f"{listed}-{kind.value}" for listed in ("listed", "unlisted") for kind in ModelClass)
+
+
+@dataclass(frozen=True)
 class Release:
     vllm: str
     number: tuple[int, ...]
     default_runners: Mapping[ModelClass, Runner]  # the runner vLLM picks with the variable unset; absent: not said
     cells: tuple[CellEntry, ...]
+    v2_architectures: V2Architectures | None = None  # None: the release does not pick by architecture
 
     def entry(self, cell: Cell) -> CellEntry | None:
         return next((e for e in self.cells if e.cell == cell), None)
@@ -169,15 +197,29 @@ def _issues(obj: Any, where: str) -> tuple[str, ...]:
     return tuple(issues)
 
 
-def _verdict(obj: Any, question: Question, where: str) -> QuestionVerdict:
-    here = f"{where} verdict {question.value}"
-    return QuestionVerdict(
-        question,
+def _kept(obj: Any, here: str) -> Kept:
+    return Kept(
         _axis(Verdict, _get(obj, "verdict", str, here), here),
         _axis(Level, _get(obj, "level", str, here), here),
         _get(obj, "advice", str, here),
         _get(obj, "why", str, here),
+    )
+
+
+def _verdict(obj: Any, question: Question, where: str) -> QuestionVerdict:
+    here = f"{where} verdict {question.value}"
+    said = _kept(obj, here)
+    kept = obj.get("kept", {})
+    if not isinstance(kept, dict):
+        raise _ShapeError(f"{here} has a kept that is not an object")
+    return QuestionVerdict(
+        question,
+        said.verdict,
+        said.level,
+        said.advice,
+        said.why,
         _issues(obj, here),
+        {pin: _kept(answer, f"{here} kept {pin}") for pin, answer in kept.items()},
     )
 
 
@@ -235,6 +277,28 @@ def _release(obj: Any) -> Release:
             if runner is not None
         },
         tuple(_cell(cell, where) for cell in _get(obj, "cells", list, where)),
+        _architectures(obj.get("v2_architectures"), where),
+    )
+
+
+def _names(obj: Any, key: str, where: str) -> tuple[str, ...]:
+    names = _get(obj, key, list, where)
+    if not all(isinstance(name, str) for name in names):
+        raise _ShapeError(f"{where} has {key} that are not architecture names")
+    return tuple(names)
+
+
+def _architectures(obj: Any, where: str) -> V2Architectures | None:
+    if obj is None:
+        return None
+    here = f"{where} v2_architectures"
+    runner = _get(obj, "runner", dict, here)
+    if set(runner) != set(RUNNER_KEYS) or not all(isinstance(r, str) for r in runner.values()):
+        raise _ShapeError(f"{here} has a runner that is not a runner for each of {', '.join(RUNNER_KEYS)}")
+    return V2Architectures(
+        _names(obj, "listed", here),
+        {key: _axis(Runner, runner[key], here) for key in RUNNER_KEYS},
+        _names(obj, "moe", here),
     )
 
 
@@ -269,12 +333,17 @@ def doctor_part(document: dict[str, Any]) -> dict[str, Any]:
             {
                 "vllm": version["vllm"],
                 "default_runners": version["default_runners"],
+                **{key: version[key] for key in _RELEASE_NEWER_FIELDS if key in version},
                 "cells": [
                     {
                         **{key: cell[key] for key in _CELL_FIELDS if key != "verdicts"},
                         "gpu": _gpu(cell),
                         "verdicts": {
-                            question: {key: verdict[key] for key in _VERDICT_FIELDS}
+                            question: {
+                                key: verdict[key]
+                                for key in _VERDICT_FIELDS + _VERDICT_NEWER_FIELDS
+                                if key in _VERDICT_FIELDS or key in verdict
+                            }
                             for question, verdict in cell["verdicts"].items()
                         },
                     }
