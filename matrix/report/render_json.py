@@ -24,7 +24,9 @@ def _answer(answer: Answer) -> dict:
         **_kept(answer),
         "issues": list(answer.issues),
         "rules": [rule.id for rule in answer.rules],
-        "outcomes": {pin: found.outcome.value if found else None for pin, found in zip(GATE_PIN_VALUES, answer.runs)},
+        "outcomes": {
+            pin: found.outcome.value if found else None for pin, found in zip(GATE_PIN_VALUES, answer.runs, strict=True)
+        },
         "kept": {pin: _kept(kept) for pin, kept in answer.kept},
     }
 

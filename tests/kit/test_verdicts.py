@@ -337,7 +337,8 @@ def test_where_wsl_update_gets_a_slow_run_on_an_old_kernel_the_advice_is_wsl_upd
     assert new[Question.OFFLOAD_WITH_GRAPHS].verdict is Verdict.SLOW
     offload = old[Question.OFFLOAD_WITH_GRAPHS]
     assert offload.verdict is Verdict.BROKEN and plain(advice(offload)) == "run wsl --update (kernel ≥ 4.19.121)"
-    assert why(offload).endswith("; after wsl --update: offloaded weights are copied from pageable memory every forward")
+    after = "; after wsl --update: offloaded weights are copied from pageable memory every forward"
+    assert why(offload).endswith(after)
     assert plain(advice(old[Question.PINNED_MEMORY])) == "run wsl --update (kernel ≥ 4.19.121)"
     # What a user keeping the variable at =1 is told, and where vLLM never reads it: the runs made so.
     kept = new[Question.OFFLOAD_WITH_GRAPHS].kept_at("1")
