@@ -91,7 +91,7 @@ def test_a_new_kernel_needs_the_opt_in_and_an_old_one_the_update_first(tmp_path)
     start, offload = old[Question.ENGINE_START], old[Question.OFFLOAD_WITH_GRAPHS]
     assert start.unset.rule.id == "cuda-wsl-kernel-too-old" and start.level is Level.DOCUMENTED
     # After `wsl --update` the variable is still needed.
-    assert offload.and_opt_in and offload.unset.rule.id == "no-engine" and offload.level is Level.DOCUMENTED
+    assert offload.and_opt_in and offload.unset.rule.id == "no-gpu" and offload.level is Level.DOCUMENTED
     assert all(a.verdict is Verdict.WORKS for a in native.values())
     cell = next(
         c for row in next(build_view(report).releases()).rows for c in row.cells if c.id == "cuda-wsl2old-v1-graph"
@@ -279,6 +279,17 @@ def test_compat_json_markdown_and_the_page_lead_with_the_verdicts(tmp_path):
         "without pinned memory; with it: the engine starts",
         "issues": ["https://github.com/vllm-project/vllm/issues/47387"],
         "rules": ["v2-uva-crash", "starts"],
+        # The two runs it is made from, and what a user who keeps the variable at each value is told.
+        "outcomes": {"unset": "fails", "1": "works"},
+        "kept": {
+            "unset": {
+                "verdict": "broken",
+                "level": "predicted",
+                "advice": "use the V1 runner: VLLM_USE_V2_MODEL_RUNNER=0",
+                "why": "the V2 runner raises 'UVA is not available' at start without pinned memory",
+            },
+            "1": {"verdict": "works", "level": "predicted", "advice": "nothing to set", "why": "the engine starts"},
+        },
     }
     markdown = render_md.render(report)
     row = next(line for line in markdown.splitlines() if line.startswith("| **CUDA** · WSL2 kernel ≥ 4.19.121 |"))
@@ -366,3 +377,39 @@ def test_compat_json_says_per_release_and_stack_which_architectures_get_the_v2_r
     assert "every other architecture: the V2 runner for a dense model and the V1 runner for an MoE model" in (
         release.default_runners
     )
+
+
+def test_on_an_old_cuda_kernel_the_advice_is_the_kernel_never_a_runner(tmp_path):
+    # 0.29.0's V2 runner crashes without pinned memory on a new kernel; below 4.19.121 no GPU is there at all, so
+    # what the V2 runner needs is not the answer there: `wsl --update` is, then what the new kernel needs.
+    _, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v2-graph", CUDA_NEW_KERNEL),
+        suite(tmp_path, "cuda-wsl2old-v2-graph", CUDA_OLD_KERNEL),
+    )
+    old = found[("0.29.0", "cuda-wsl2old-v2-graph")]
+    assert {a.verdict for a in old.values()} == {Verdict.NEEDS_WSL_UPDATE}
+    for answer in old.values():
+        assert plain(advice(answer)) == "run wsl --update (kernel ≥ 4.19.121), then set VLLM_WSL2_ENABLE_PIN_MEMORY=1"
+    assert old[Question.OFFLOAD_WITH_GRAPHS].unset.rule.id == "no-gpu"
+    assert "no GPU is there for it" in why(old[Question.PINNED_MEMORY])
+
+
+def test_where_wsl_update_gets_a_slow_run_on_an_old_kernel_the_advice_is_wsl_update(tmp_path):
+    # 0.23.0 reads no variable: on a new kernel eager offload and pinned memory are slow (pageable), not broken.
+    no_variable = {k: v for k, v in CUDA_OLD_KERNEL.items() if k[0] != "v2_buffer"}
+    _, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v1-eager", no_variable, vllm="0.23.0"),
+        suite(tmp_path, "cuda-wsl2old-v1-eager", no_variable, vllm="0.23.0"),
+    )
+    new, old = found[("0.23.0", "cuda-wsl2new-v1-eager")], found[("0.23.0", "cuda-wsl2old-v1-eager")]
+    assert new[Question.OFFLOAD_WITH_GRAPHS].verdict is Verdict.SLOW
+    offload = old[Question.OFFLOAD_WITH_GRAPHS]
+    assert offload.verdict is Verdict.BROKEN and plain(advice(offload)) == "run wsl --update (kernel ≥ 4.19.121)"
+    after = "; after wsl --update: offloaded weights are copied from pageable memory every forward"
+    assert why(offload).endswith(after)
+    assert plain(advice(old[Question.PINNED_MEMORY])) == "run wsl --update (kernel ≥ 4.19.121)"
+    # What a user keeping the variable at =1 is told, and where vLLM never reads it: the runs made so.
+    kept = new[Question.OFFLOAD_WITH_GRAPHS].kept_at("1")
+    assert kept is not None and kept.verdict is Verdict.SLOW and not kept.and_opt_in
