@@ -69,6 +69,8 @@ VOLATILE_SUITE_PROPERTIES = frozenset({"started_at", "kit_commit", "env_hash", "
 # is the machine's load, not the inputs', so it is placed for this run but never stored to be reused.
 TIMED_OUT = "(timeout)"
 
+# Relative to the kit's root: what `nox -s publish` writes and commits, the releases the published matrix holds.
+COMMITTED_HISTORY = Path("docs/evidence/history.tar.xz")
 CACHE_VARIABLE = "WSLPIN_HISTORY_CACHE"
 MANIFEST = "manifest.json"
 # An entry being written: never read as an entry, whatever it holds.

@@ -9,14 +9,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import venv
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, on_loopback
 
 from matrix.doctor import collected, published, remote
 from matrix.errors import MatrixError
@@ -163,14 +162,8 @@ def server() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = _Server(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with on_loopback(_Server(("127.0.0.1", 0), Handler)) as url:
+        yield url
 
 
 def test_the_installed_doctor_reads_a_newer_matrix_from_a_url(doctor, server, pasted, tmp_path):
