@@ -170,32 +170,31 @@ class Report:
         """Per stack, which architectures vLLM's config gives the V2 runner by default and which runner each class
         of architecture gets (on the list or off it, MoE or dense), with the architectures vLLM reads as MoE and as
         dense where that changes the answer: as the release's cells observed it. None where the release decides
-        alike for every architecture, or no cell said."""
-        found: dict[str, dict] = {}
+        alike for every architecture, or no cell said.
+
+        A release fact, not a cell's: a weaker result of the cell (the gate's, beside a GPU run whose kit did not
+        yet ask it) says it as well as the strongest.
+        """
+        said: dict[str, dict[str, str]] = {}  # stack -> fact -> what the first case stating it said
         for cell in self.versions[vllm]:
-            listed = cell.observed(V2_ARCHITECTURES, UNSET)
-            runners = cell.observed(RUNNER_BY_ARCHITECTURE, UNSET)
-            if not listed or not runners or listed == "none" or runners == "none" or cell.cell.stack in found:
+            stack = said.setdefault(cell.cell.stack.value, {})
+            for case in (*cell.cases, *(c for cases in cell.superseded.values() for c in cases)):
+                decision = case.facts.decision_under_the_cells_host
+                if decision is not None and decision.key in (V2_ARCHITECTURES, RUNNER_BY_ARCHITECTURE):
+                    stack.setdefault(decision.key, decision.observed)
+                for kind in ("moe", "dense"):
+                    if f"{kind}_architectures" in case.properties:
+                        stack.setdefault(kind, case.properties[f"{kind}_architectures"])
+        found: dict[str, dict] = {}
+        for stack, facts in said.items():
+            listed, runners = facts.get(V2_ARCHITECTURES, "none"), facts.get(RUNNER_BY_ARCHITECTURE, "none")
+            if "none" in (listed, runners):
                 continue
-            entry: dict = {
+            found[stack] = {
                 "listed": listed.split(","),
                 "runner": dict(pair.split("=", 1) for pair in runners.split(",")),
+                **{kind: json.loads(facts[kind]) for kind in ("moe", "dense") if kind in facts},
             }
-            found[cell.cell.stack.value] = entry
-        # Which architectures vLLM reads as MoE or dense: recorded once per stack, by whichever cell asked it.
-        for cell in self.versions[vllm]:
-            entry = found.get(cell.cell.stack.value, {})
-            for kind in ("moe", "dense") if entry else ():
-                said = next(
-                    (
-                        c.properties[f"{kind}_architectures"]
-                        for c in cell.cases
-                        if f"{kind}_architectures" in c.properties
-                    ),
-                    None,
-                )
-                if said is not None and kind not in entry:
-                    entry[kind] = json.loads(said)
         return found or None
 
     def verdicts_of(self, cell: CellReport) -> CellVerdicts:

@@ -359,7 +359,14 @@ def test_compat_json_says_per_release_and_stack_which_architectures_get_the_v2_r
         path.read_text().replace('value="runner_by_architecture"/>', f'value="runner_by_architecture"/>{moe}')
     )
     none = {("v2_architectures", "unset"): "none", ("runner_by_architecture", "unset"): "none"}
-    report, _ = verdicts(tmp_path, path, suite(tmp_path, "cuda-linux-v1-graph", NATIVE | none, vllm="0.29.0"))
+    # A GPU run of the same cell by a kit that did not ask (stands in for one: no GPU here) supersedes the gate's
+    # result; the release's fact is still the gate's.
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    measured = suite(gpu, "cuda-linux-v1-graph", NATIVE, vllm="0.28.0", execution="native", gpu="NVIDIA H200")
+    report, _ = verdicts(tmp_path, path, measured, suite(tmp_path, "cuda-linux-v1-graph", NATIVE | none, vllm="0.29.0"))
+    (cell,) = [c for c in report.versions["0.28.0"] if c.cell.id == "cuda-linux-v1-graph"]
+    assert cell.envelope.execution.value == "native" and cell.superseded
     document = json.loads("".join(render_json.chunks(report)))
     jsonschema.validate(document, SCHEMA)
     releases = {v["vllm"]: v for v in document["versions"]}
