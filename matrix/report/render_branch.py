@@ -3,11 +3,17 @@ with; the item and change words ``matrix bisect`` uses too."""
 
 from __future__ import annotations
 
-from matrix.branch import BranchDiff, Change, Item
+import dataclasses
+import math
+
+from matrix.branch import BranchDiff, Change, Item, Row
+from matrix.cells import Cell
 from matrix.report.status import shown
 from matrix.report.visible import visible
 from matrix.variables import PIN_MEMORY, UNSET
 from matrix.words import QUESTION_NAMES
+
+AXES = ("stack", "host", "runner", "mode")
 
 
 def pin_words(pin_env: str) -> str:
@@ -28,13 +34,50 @@ def value_words(value: str | None) -> str:
     return "-" if value is None else visible(shown(value))
 
 
+def cells_words(cells: list[Cell]) -> str:
+    """Cells as one id, a glob where they are every combination of their axes' values, else their ids."""
+    if len(cells) == 1:
+        return cells[0].id
+    axes = [sorted({getattr(c, axis) for c in cells}) for axis in AXES]
+    if math.prod(len(values) for values in axes) != len(cells):
+        return ", ".join(c.id for c in sorted(cells))
+    words = []
+    for values in axes:
+        every = len(values) == len(type(values[0]))
+        words.append("*" if every else values[0].value if len(values) == 1 else "{" + ",".join(values) + "}")
+    return "-".join(words)
+
+
+def _grouped(rows: tuple[Row, ...]) -> list[tuple[list[Cell], Item, list[str | None], Row]]:
+    """Rows that differ only in their cell, or in the kernel edge a value was decided under: one line each."""
+    groups: dict[tuple, tuple[list[Cell], Item, list[str | None], Row]] = {}
+    for row in rows:
+        item = dataclasses.replace(row.item, kernel_edge=None)
+        cells, _, edges, _ = groups.setdefault((item, row.release, row.branch, row.change), ([], item, [], row))
+        if row.cell not in cells:
+            cells.append(row.cell)
+        if row.item.kernel_edge not in edges:
+            edges.append(row.item.kernel_edge)
+    return list(groups.values())
+
+
+def _under(item: Item, edges: list[str | None]) -> str:
+    named = [e for e in edges if e is not None]
+    if not named:
+        return item_words(item)
+    if None in edges:
+        return f"{item_words(item)} (and under {len(named)} kernel-edge unames)"
+    return f"{item_words(item)}, uname {visible('/'.join(named))}"
+
+
 def render(diff: BranchDiff, release_from: str) -> str:
-    """The changed rows, the count of the unchanged, and where the release's side came from (``release_from``)."""
-    header = ("cell", "what", f"vLLM {visible(diff.release)}", f"vLLM {visible(diff.branch)}", "change")
+    """The changed rows (those alike in all but their cell or kernel edge as one), the count of the unchanged, and
+    where the release's side came from (``release_from``)."""
+    header = ("cells", "what", f"vLLM {visible(diff.release)}", f"vLLM {visible(diff.branch)}", "change")
     rows = [header]
     rows += [
-        (r.cell.id, item_words(r.item), value_words(r.release), value_words(r.branch), r.change.value)
-        for r in diff.changed
+        (cells_words(cells), _under(item, edges), value_words(row.release), value_words(row.branch), row.change.value)
+        for cells, item, edges, row in _grouped(diff.changed)
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [f"vLLM {visible(diff.branch)} against the release it was cut from, {release_from}:"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -188,7 +189,10 @@ def _branch(history, tmp_path: Path, path: str, before: str, after: str, subject
     """A clone of the tagged release with one commit on top: ``path``'s ``before`` made ``after``."""
     repo, release, _ = history
     branch = tmp_path / "branch"
-    subprocess.run(["git", "clone", "-q", "--branch", f"v{release}", str(repo), str(branch)], check=True)
+    subprocess.run(
+        ["git", "-c", "advice.detachedHead=false", "clone", "-q", "--branch", f"v{release}", str(repo), str(branch)],
+        check=True,
+    )
     text = (branch / path).read_text()
     assert text.count(before) == 1, f"{release}'s {path} has no single {before!r}: the test needs another"
     (branch / path).write_text(text.replace(before, after))
@@ -211,8 +215,35 @@ def _gate(branch: Path, cells: str, tmp_path: Path, monkeypatch) -> tuple[Runnin
     return session, time.perf_counter() - started
 
 
+def _line(table: str, *cells: str) -> bool:
+    """Whether a line of ``table`` reads ``cells``, column after column (columns are two spaces apart or more)."""
+    return any(re.split(r"\s{2,}", line.strip()) == list(cells) for line in table.splitlines())
+
+
+# The session reads the machine for its plan, as every cell session does.
+@pytest.mark.reads_host
 def test_the_gate_of_a_branch_that_fixes_a_known_issue_ends_with_its_cells_fixed(history, tmp_path, monkeypatch):
     branch = _branch(history, tmp_path, ROCM_GATE, ROCM_PINS, ROCM_HONOURS, "ROCm: honour the opt-in on WSL2")
     session, _ = _gate(branch, "rocm-wsl2new-*", tmp_path, monkeypatch)
     assert session.last is not None and session.last.args[1:3] == ["-m", "matrix.branch"]
-    print(session.last.stdout)
+    table = session.last.stdout
+    # The release pins on a new kernel whatever the opt-in says (#49861); the branch pins only when asked.
+    assert _line(table, "rocm-wsl2new-*-*", "pin, unset (and under 4 kernel-edge unames)", "on", "off", "fixed")
+    assert _line(table, "rocm-wsl2new-*-*", "pinned memory", "works", "slow", "fixed")
+    assert _line(table, "rocm-wsl2new-v2-*", "v2_buffer, unset", "UvaBuffer", "NonUvaBuffer", "fixed")
+    assert "58 fixed, 0 regressed, 146 unchanged" in table
+    assert table.splitlines()[-1] == "fixed: the known issue https://github.com/vllm-project/vllm/issues/49861"
+
+
+@pytest.mark.reads_host
+def test_the_gate_of_a_branch_that_breaks_a_cell_ends_with_it_regressed(history, tmp_path, monkeypatch):
+    branch = _branch(history, tmp_path, CUDA_GATE, CUDA_HONOURS, CUDA_NEVER, "CUDA: never pin on WSL2")
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        _gate(branch, "cuda-wsl2new-v1-graph", tmp_path, monkeypatch)
+    assert failed.value.returncode == 1 and failed.value.cmd[1:3] == ["-m", "matrix.branch"]
+    table = failed.value.output
+    assert _line(table, "cuda-wsl2new-v1-graph", "pin, =1 (and under 4 kernel-edge unames)", "on", "off", "regressed")
+    # The opt-in no longer gets zero-copy offload, and a CUDA graph cannot capture the pageable copy instead.
+    assert _line(table, "cuda-wsl2new-v1-graph", "CPU offload", "needs-opt-in", "broken", "regressed")
+    assert "0 fixed, 13 regressed, 37 unchanged" in table
+    assert "error: vLLM 0.33.0+g" in failed.value.stderr and "regressed against 0.33.0" in failed.value.stderr
