@@ -7,13 +7,13 @@ import dataclasses
 import math
 
 from matrix.branch import BranchDiff, Change, Item, Row
-from matrix.cells import Cell
+from matrix.cells import Axis, Cell, Host, Mode, Runner, Stack
 from matrix.report.status import shown
 from matrix.report.visible import visible
 from matrix.variables import PIN_MEMORY, UNSET
 from matrix.words import QUESTION_NAMES
 
-AXES = ("stack", "host", "runner", "mode")
+AXES: tuple[tuple[str, type[Axis]], ...] = (("stack", Stack), ("host", Host), ("runner", Runner), ("mode", Mode))
 
 
 def pin_words(pin_env: str) -> str:
@@ -38,12 +38,12 @@ def cells_words(cells: list[Cell]) -> str:
     """Cells as one id, a glob where they are every combination of their axes' values, else their ids."""
     if len(cells) == 1:
         return cells[0].id
-    axes = [sorted({getattr(c, axis) for c in cells}) for axis in AXES]
-    if math.prod(len(values) for values in axes) != len(cells):
+    axes = [(sorted({getattr(c, name) for c in cells}), axis) for name, axis in AXES]
+    if math.prod(len(values) for values, _ in axes) != len(cells):
         return ", ".join(c.id for c in sorted(cells))
     words = []
-    for values in axes:
-        every = len(values) == len(type(values[0]))
+    for values, axis in axes:
+        every = len(values) == len(axis)
         words.append("*" if every else values[0].value if len(values) == 1 else "{" + ",".join(values) + "}")
     return "-".join(words)
 
