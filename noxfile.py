@@ -29,7 +29,7 @@ from packaging.version import InvalidVersion, Version
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from matrix import history_cache, vllm_source  # noqa: E402
+from matrix import history_cache, release_index, vllm_source  # noqa: E402
 from matrix.cells import CELLS, Host, select  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
 from matrix.groups import GROUP_TESTS  # noqa: E402
@@ -37,7 +37,7 @@ from matrix.host.here import detected_plan  # noqa: E402
 from matrix.host.record import EnvironmentRecord  # noqa: E402
 from matrix.layout import ENGINE_BENCHES, EVIDENCE_STORE, PROBES, UNKNOWN_RELEASE, run_dir  # noqa: E402
 from matrix.plan import Plan, cell_pytest_args  # noqa: E402
-from matrix.releases import HISTORY_VERSIONS, VLLM_VERSION  # noqa: E402
+from matrix.releases import VLLM_VERSION  # noqa: E402
 from matrix.report.bench import TEST_SERVER  # noqa: E402
 from matrix.variables import CACHE_ROOT, HOST_IP, NO_USAGE_STATS  # noqa: E402
 from repro import emulation  # noqa: E402
@@ -429,7 +429,7 @@ COMMITTED_HISTORY = history_cache.COMMITTED_HISTORY
 HISTORY_COMMANDS = ("env", "plan", "split")
 
 
-def _history(session: nox.Session, *, record: bool) -> None:
+def _history(session: nox.Session, *, record: bool) -> list[str]:
     """Every release's gate and engine-config tests of 24 cells -> results/history/<v>/, through the history cache.
 
     A release whose key (matrix.history_cache: the release, the lock, torch, Python, this machine's plan, the
@@ -438,8 +438,19 @@ def _history(session: nox.Session, *, record: bool) -> None:
     time it took. ``record``: COMMITTED_HISTORY ends holding each release's results for its key, to be committed.
     """
     parser = argparse.ArgumentParser(prog=f"nox -s {session.name} --")
-    parser.add_argument("--versions", default=",".join(HISTORY_VERSIONS), help="comma-separated vLLM releases")
+    known = release_index.known(ROOT / COMMITTED_HISTORY)
+    parser.add_argument(
+        "--versions",
+        default=",".join(known),
+        help="comma-separated vLLM releases (default: those of matrix/releases.py and of the published matrix)",
+    )
     parser.add_argument("--fresh", action="store_true", help="recompute every release, cached or not")
+    parser.add_argument(
+        "--with-new-releases",
+        action="store_true",
+        help="also the package index's final releases newer than the newest of --versions (`python -m matrix "
+        "releases`); with no index, the releases known alone",
+    )
     parser.add_argument(
         "--recheck",
         help="recompute these cached releases too and fail where they differ: comma-separated, or `auto` "
@@ -448,6 +459,8 @@ def _history(session: nox.Session, *, record: bool) -> None:
     args = parser.parse_args(session.posargs)
     given = [_release(session, v.strip(), "--versions:") for v in args.versions.split(",") if v.strip()]
     versions = sorted(dict.fromkeys(given), key=Version)
+    if args.with_new_releases:
+        versions += _new_releases(session, versions[-1] if versions else None)
     tmp = Path(session.create_tmp())
     try:
         recheck = _recheck(session, args.recheck, versions)
@@ -504,6 +517,18 @@ def _history(session: nox.Session, *, record: bool) -> None:
             f"recheck: {', '.join(o.version for o in differing)} recomputed differently from the cache: find what "
             "the key misses (differences above), then run again with -- --fresh"
         )
+    return versions
+
+
+def _new_releases(session: nox.Session, newest: str | None) -> list[str]:
+    """The index's releases newer than ``newest``; none, said in one line, where the index cannot be asked."""
+    try:
+        new = list(release_index.newer(release_index.index_releases(), newest))
+    except MatrixError as exc:
+        session.warn(f"{exc}; computing the releases known without it")
+        return []
+    session.log(f"the package index: {', '.join(new) or 'no release'} newer than {newest}")
+    return new
 
 
 def _recheck(session: nox.Session, option: str | None, versions: list[str]) -> frozenset[str]:
@@ -523,7 +548,8 @@ def _recheck(session: nox.Session, option: str | None, versions: list[str]) -> f
 def history(session: nox.Session) -> None:
     """Gate and engine-config tests of all 24 cells per vLLM release -> results/history/<v>/ (see _history).
 
-    `-- --fresh` recomputes every release; `-- --recheck auto` recomputes two cached ones and fails if they moved.
+    `-- --fresh` recomputes every release; `-- --recheck auto` recomputes two cached ones and fails if they moved;
+    `-- --with-new-releases` adds the package index's final releases newer than the newest of --versions.
     """
     _history(session, record=False)
 
@@ -537,8 +563,18 @@ def publish(session: nox.Session) -> None:
     COMMITTED_HISTORY, and the doctor's part of it in matrix/doctor/matrix.json: commit all. The nightly workflow's
     publish job writes the same from the committed history when a night adds evidence.
     """
-    _history(session, record=True)
+    versions = _history(session, record=True)
     session.install("-e", ".[report]")
+    # A failure no rule or expectation explains is one the kit cannot read: a stop, not a verdict to publish.
+    for version in versions:
+        where = RESULTS / "history" / version
+        try:
+            session.run("python", "-m", "matrix", "summary", "--cells", "all", "--results", str(where), "--strict")
+        except nox.command.CommandFailed:
+            session.error(
+                f"vLLM {version}'s gate failed where no rule or expectation explains it (the table above): read "
+                f"the failures in {where.relative_to(ROOT)}, then mend the kit or add the rule; nothing was published"
+            )
     # Paths relative to the kit (nox runs in its directory): the published inputs name no machine's disk.
     store = str(EVIDENCE_STORE)
     inputs = ("results/history", "--evidence", store, "--probes", f"{store}/{PROBES}", "--bench", "docs/bench")

@@ -301,6 +301,16 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_releases(args: argparse.Namespace) -> int:
+    from matrix.cli import KIT_ROOT
+    from matrix.history_cache import COMMITTED_HISTORY
+    from matrix.release_index import releases, render, to_json
+
+    found = releases(KIT_ROOT / COMMITTED_HISTORY)
+    print(to_json(found) if args.json else "\n".join(render(found)))
+    return 1 if found.new else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m matrix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -464,6 +474,14 @@ def build_parser() -> argparse.ArgumentParser:
     bis.add_argument("--key", help="compare only this gate key (e.g. pin); default: all of them")
     bis.add_argument("--pin-env", choices=GATE_PIN_VALUES, help="only this value of the opt-in (default: each)")
     bis.set_defaults(func=cmd_bisect)
+
+    rel = sub.add_parser(
+        "releases",
+        help="vLLM's final releases on the package index (as pip reaches it) that the published matrix covers and "
+        "misses; exit 1 when one newer than all it covers is missing, 2 when the index cannot be asked",
+    )
+    rel.add_argument("--json", action="store_true", help="the same as JSON (found, covered, missing, new)")
+    rel.set_defaults(func=cmd_releases)
 
     page = sub.add_parser("page", help="open the report's index.html in headless Chromium: check it, screenshot it")
     page.add_argument("report", help="the directory `report` wrote")

@@ -39,12 +39,26 @@ def default_runner_key(model_class: ModelClass) -> str:
 
 # What vLLM's engine config says for the reproduction's engine arguments (see repro/engine_config.py).
 PIN_CAP_WARNING = "pin_cap_warning"
+RUNNER = "runner"
+ENGINE_CONFIG = "engine_config"
+V2_ARCHITECTURES = "v2_architectures"
+RUNNER_BY_ARCHITECTURE = "runner_by_architecture"
+# What ENGINE_CONFIG and RUNNER say where vLLM refused: the engine does not start.
+REFUSED = "refused"
 CONFIG_KEYS = {
     default_runner_key(kind): f"the runner vLLM picks with VLLM_USE_V2_MODEL_RUNNER unset, for a {kind} model (v1, v2)"
     for kind in ModelClass
 } | {
     PIN_CAP_WARNING: "vLLM warned, building the engine config, that Windows (WDDM) caps pinned memory "
-    "(taken from vLLM's log, not read)"
+    "(taken from vLLM's log, not read)",
+    RUNNER: "the model runner vLLM's config picks under the cell's VLLM_USE_V2_MODEL_RUNNER (v1, v2; refused: vLLM "
+    "stops the engine on that value)",
+    ENGINE_CONFIG: "vLLM builds the engine config from the reproduction's arguments and the cell's environment "
+    "(built, refused)",
+    V2_ARCHITECTURES: "the architectures vLLM's config gives the V2 runner by default on the cell's platform "
+    "(DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES; none: the release decides alike for every architecture)",
+    RUNNER_BY_ARCHITECTURE: "the default runner per class of architecture (on that list or off it, MoE or dense), "
+    "asked of vLLM's _is_default_v2_model_runner_model (none: no such decision in the release)",
 }
 # What the offload-with-graph reproduction does on a GPU (see repro/offload.py).
 REPRO_KEYS = {

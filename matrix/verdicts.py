@@ -50,6 +50,7 @@ URGENCY = (
 class Workaround(enum.StrEnum):
     EAGER = "eager"
     V1_RUNNER = "v1-runner"
+    V2_RUNNER = "v2-runner"  # a release without the V1 runner: unset the variable that asks for it
 
 
 # Keys a rule may look at: what vLLM decided, what the engine did, and the engine_start outcome itself.
@@ -108,6 +109,13 @@ class Answer:
     then: Workaround | None = None
     # Not working as installed here: the first newer release in the matrix whose same cell works as installed.
     works_in: str | None = None
+    # The answer for one who keeps the variable at each value of GATE_PIN_VALUES, whatever else they do: for =1,
+    # what a user who has set it is told; for unset, what vLLM does where it never reads the variable (a WSL2
+    # kernel release it cannot parse takes that path). Empty on the kept answers themselves.
+    kept: tuple[tuple[str, Answer], ...] = ()
+
+    def kept_at(self, pin_env: str) -> Answer | None:
+        return dict(self.kept).get(pin_env)
 
     @property
     def decisive(self) -> Found | None:
@@ -115,6 +123,11 @@ class Answer:
         if self.fixed is not None or self.verdict is Verdict.NEEDS_WSL_UPDATE:
             return self.unset
         return self.opt_in if self.and_opt_in else self.unset
+
+    @property
+    def runs(self) -> tuple[Found | None, Found | None]:
+        """The outcomes per GATE_PIN_VALUES value: unset, then =1."""
+        return self.unset, self.opt_in
 
     @property
     def rules(self) -> tuple[OutcomeRule, ...]:
@@ -268,12 +281,15 @@ def _verdict(
     helps = opt_in is not None and order.index(opt_in.outcome) < order.index(unset.outcome)
     best = opt_in if helps and opt_in is not None else unset
     verdict = {Outcome.SLOW: Verdict.SLOW, Outcome.IGNORED: Verdict.IGNORED, Outcome.FAILS: Verdict.BROKEN}
-    if best.rule.workaround is None and newer_kernel is not None and newer_kernel.workaround is not None:
-        # Nothing avoids it on this kernel, but after `wsl --update` the newer kernel's way round does.
-        then, ran = newer_kernel.workaround, newer_kernel.decisive
-        return Answer(
-            question, verdict[best.outcome], level, unset, opt_in, newer_kernel.and_opt_in, ran, True, then=then
-        )
+    ran = newer_kernel.decisive if newer_kernel is not None else None
+    if best.rule.workaround is None and newer_kernel is not None and ran is not None:
+        # Nothing avoids it on this kernel, but after `wsl --update` the newer kernel's way round does, or the newer
+        # kernel's run is a better one (slow where nothing starts here).
+        then = newer_kernel.workaround
+        if then is not None or order.index(ran.outcome) < order.index(best.outcome):
+            return Answer(
+                question, verdict[best.outcome], level, unset, opt_in, newer_kernel.and_opt_in, ran, True, then=then
+            )
     return Answer(question, verdict[best.outcome], level, unset, opt_in, helps)
 
 
@@ -290,12 +306,15 @@ def release_verdicts(
         newer = (
             verdicts.get(Cell(cell.stack, Host.WSL2NEW, cell.runner, cell.mode)) if cell.host is Host.WSL2OLD else None
         )
-        verdicts[cell] = CellVerdicts(
-            tuple(
-                _verdict(q, seen.level, found[q][UNSET], found[q][OPT_IN], newer[q] if newer else None)
-                for q in Question
+        answers = []
+        for q in Question:
+            main = _verdict(q, seen.level, found[q][UNSET], found[q][OPT_IN], newer[q] if newer else None)
+            kept = tuple(
+                (pin, _verdict(q, seen.level, found[q][pin], found[q][pin], newer[q].kept_at(pin) if newer else None))
+                for pin in GATE_PIN_VALUES
             )
-        )
+            answers.append(dataclasses.replace(main, kept=kept))
+        verdicts[cell] = CellVerdicts(tuple(answers))
     return verdicts
 
 

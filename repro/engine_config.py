@@ -19,19 +19,20 @@ import logging
 import os
 import tempfile
 import traceback
+import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matrix.cells import Cell, ModelClass
+from matrix.cells import Cell, Host, ModelClass
 from matrix.host import reads
 from matrix.plan import CellPlan
 from matrix.variables import CACHE_ROOT, GATE_PIN_VALUES, UNSET, V2_MODEL_RUNNER
 from repro import emulation
 from repro.answers import kept_directory, memory, tree_digest
 from repro.engine import engine_kwargs
-from repro.gate import preload
+from repro.gate import preload, runner_of
 from repro.isolation import Outcome, run_isolated
 from repro.offload import EngineRun
 
@@ -141,8 +142,11 @@ def _built(request: ConfigRequest, base: dict[str, str]) -> dict[str, dict]:
     os.environ.update(first.env(base))
     V2_MODEL_RUNNER.apply(os.environ, UNSET)
     defaults = {kind.value: _default_runner(first, model, request.model) for kind, model in _model_classes(request)}
+    # Host-independent: which architectures vLLM reads as MoE is asked once per stack, where it runs natively.
+    by_architecture = _by_architecture(read_moe=first.cell.host is Host.LINUX)
     for answer in answers.values():
         answer["runner_default"] = defaults
+        answer["by_architecture"] = by_architecture
     try:
         # The engine's next step: what loads the weights imports under the cell's host and stand-in. Imported
         # in every check, not only where vLLM's model-info cache missed (vLLM imports it to write the cache).
@@ -217,9 +221,74 @@ def _default_runner(run: EngineRun, model: str, tokenizer: str) -> dict:
         from vllm.engine.arg_utils import EngineArgs
 
         kwargs = engine_kwargs(run.spec(Path(model))) | {"tokenizer": tokenizer}
-        return {"runner": "v2" if EngineArgs(**kwargs).create_engine_config().use_v2_model_runner else "v1"}
+        return {"runner": runner_of(EngineArgs(**kwargs).create_engine_config())}
     except BaseException:  # noqa: BLE001 - a release refusing the model is an answer too
         return {"error": traceback.format_exc()}
+
+
+# The model classes vLLM's default runner depends on, as ``_is_default_v2_model_runner_model`` is asked them: an
+# architecture on the release's list or off it, an MoE model or a dense one.
+ARCHITECTURE_CLASSES = ("listed-dense", "listed-moe", "unlisted-dense", "unlisted-moe")
+# An architecture no release lists: what a model off the list is asked as.
+UNLISTED = "WslpinUnlistedForCausalLM"
+
+
+def _by_architecture(read_moe: bool) -> dict:
+    """Which runner vLLM's config picks by default per class of architecture, from the release's own config code.
+
+    Up to 0.28.0 ``VllmConfig._is_default_v2_model_runner_model`` decides from the model's architecture (on the
+    release's ``DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES``, per platform from 0.27.0) and whether it is MoE; it is
+    called here on a stand-in model config per class, under the stack's platform. A release without it (0.29.0
+    on) decides alike for every architecture: ``{}``. Where its answer depends on MoE-ness and ``read_moe``, which
+    architectures vLLM reads as MoE (``_moe_reading``) is recorded beside it.
+    """
+    from vllm.config import VllmConfig
+    from vllm.config import vllm as config_module
+
+    decide = getattr(VllmConfig, "_is_default_v2_model_runner_model", None)
+    if decide is None:
+        return {}
+    platform_list = getattr(config_module, "default_v2_model_runner_architectures", None)
+    listed = sorted(platform_list() if platform_list else config_module.DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES)
+    runners = {}
+    for kind in ARCHITECTURE_CLASSES:
+        where, _, weights = kind.partition("-")
+        model_config = types.SimpleNamespace(
+            runner_type="generate",
+            architectures=[listed[0] if where == "listed" and listed else UNLISTED],
+            is_moe=weights == "moe",
+            is_quantized=False,
+            is_hybrid=False,
+            is_attention_free=False,
+        )
+        runners[kind] = "v2" if decide(types.SimpleNamespace(model_config=model_config)) else "v1"
+    found: dict = {"listed": listed, "runner": runners}
+    if read_moe and any(runners[f"{where}-dense"] != runners[f"{where}-moe"] for where in ("listed", "unlisted")):
+        found |= _moe_reading()
+    return found
+
+
+def _moe_reading() -> dict[str, list[str]]:
+    """The causal-LM architectures transformers knows, as MoE or dense by vLLM's own reading of each one's default
+    config: ``ModelConfig.is_moe`` is its architecture-config convertor's ``get_num_experts() > 0``.
+
+    A model's own config.json can differ from the default (a dense variant of an MoE family); an architecture
+    transformers does not know is in neither list.
+    """
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from vllm.transformers_utils import model_arch_config_convertor as convertors
+
+    found: dict[str, set[str]] = {"moe": set(), "dense": set()}
+    for model_type, names in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
+        try:
+            config = AutoConfig.for_model(model_type)
+            convertor = convertors.MODEL_ARCH_CONFIG_CONVERTORS.get(model_type, convertors.ModelArchConfigConvertorBase)
+            experts = convertor(config, config.get_text_config()).get_num_experts()
+        except Exception:  # noqa: BLE001 - a config transformers cannot build by default says nothing either way
+            continue
+        found["moe" if experts else "dense"].update((names,) if isinstance(names, str) else names)
+    return {kind: sorted(archs) for kind, archs in found.items()}
 
 
 def _tokenizer(model: str) -> dict:

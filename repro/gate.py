@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import logging
 import os
 import platform
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from matrix.cells import Cell, Host, Runner, Stack
+from matrix.expectations import REFUSED
 from matrix.host import reads
 from matrix.host.edges import KERNEL_EDGES, READING_SAMPLES, KernelEdge
 from matrix.plan import CellPlan, Execution
@@ -97,7 +99,50 @@ def _runner_choice(env_value: str) -> str:
     from vllm.config import VllmConfig
 
     V2_MODEL_RUNNER.apply(os.environ, env_value)
-    return "v2" if VllmConfig().use_v2_model_runner else "v1"
+    return runner_of(VllmConfig())
+
+
+# The modules of vLLM's two GPU model runners: a release that dropped one no longer ships its module.
+V1_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+V2_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+
+
+def runner_of(config: object) -> str:
+    """The model runner (v1, v2) vLLM runs for ``config`` under this environment's VLLM_USE_V2_MODEL_RUNNER, or
+    ``refused`` where vLLM's own check of the environment stops the engine.
+
+    A release that still chooses says so in ``use_v2_model_runner``. One that lost the choice (0.34.0 removed the
+    V1 runner, and the property with it) has one runner module left, which is what runs, and checks the variable
+    where the engine config is built: ``validate_environ`` is asked, as the engine asks it.
+    """
+    if hasattr(type(config), "use_v2_model_runner"):
+        return "v2" if config.use_v2_model_runner else "v1"  # type: ignore[attr-defined]
+    from vllm.platforms import current_platform
+
+    validate = getattr(type(current_platform), "validate_environ", None)
+    if validate is not None and V2_MODEL_RUNNER.name in os.environ:
+        # Asked of the runner's variable alone, so that a refusal is of it and not of another variable.
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ[V2_MODEL_RUNNER.name] = saved[V2_MODEL_RUNNER.name]
+        try:
+            validate(False)
+        except ValueError:
+            return REFUSED
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    present = [name for name, module in (("v1", V1_RUNNER_MODULE), ("v2", V2_RUNNER_MODULE)) if _has_module(module)]
+    if len(present) != 1:
+        raise RuntimeError(f"vLLM's config chooses no runner and the release has runner modules {present}")
+    return present[0]
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def _v2_buffer() -> str:
@@ -135,8 +180,7 @@ def _constructor_at_fault(exc: BaseException) -> str | None:
     return chosen
 
 
-# The V2 runner and the function it would call to install the CPU-weight offloader (0.28.0 added the call).
-V2_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+# The function the V2 runner would call to install the CPU-weight offloader (0.28.0 added the call).
 OFFLOADER_FACTORY = "create_offloader"
 
 
@@ -147,8 +191,6 @@ def _v2_offloader() -> bool | str:
     one gate value read, not run: compiled, not imported, the runner's module calls ``create_offloader`` or not.
     Without that call ``cpu_offload_gb`` is accepted and nothing is offloaded.
     """
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec(V2_RUNNER_MODULE)
     except ModuleNotFoundError:

@@ -6,12 +6,23 @@ doctor cannot answer is a ``RefusedError`` holding one small record of why; ``re
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Generic, TypeVar, Union
 
 from matrix.cells import Cell, Host, Mode, ModelClass, Runner, Stack
-from matrix.doctor.published import CellEntry, Kind, Published, Release, Version, parse_version, release_number
+from matrix.doctor.published import (
+    CellEntry,
+    Kept,
+    Kind,
+    Published,
+    QuestionVerdict,
+    Release,
+    Version,
+    parse_version,
+    release_number,
+)
 from matrix.host.classify import (
     HostFacts,
     classify_host,
@@ -22,7 +33,8 @@ from matrix.host.classify import (
     vllm_kernel_version,
     wsl_outside_uname,
 )
-from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER, Variable, vllm_reads
+from matrix.questions import Level, Question, Verdict
+from matrix.variables import OPT_IN, PIN_MEMORY, UNSET, V2_MODEL_RUNNER, Variable, vllm_reads
 
 T = TypeVar("T")
 
@@ -32,6 +44,8 @@ class Source(enum.Enum):
     MACHINE = "machine"  # read from this machine
     VARIABLE = "variable"  # VLLM_USE_V2_MODEL_RUNNER
     MATRIX = "matrix"  # the published matrix: the release's default runner
+    ARCHITECTURE = "architecture"  # the published matrix: the release's runner for the model's architecture
+    MODEL = "model"  # the model directory's config.json (--model)
     DEFAULT = "default"  # vLLM's own default
     ASSUMED = "assumed"  # nothing says: the doctor's guess
 
@@ -65,6 +79,8 @@ class Asked:
     runner: Runner | None = None
     mode: Mode | None = None
     model_class: ModelClass | None = None
+    model_class_source: Source = Source.FLAG  # --moe, or --model's config.json
+    architecture: str | None = None  # the model's config.json `architectures` entry (--arch, --model)
 
 
 class Reads(enum.Enum):
@@ -109,6 +125,7 @@ class SetUp:
     runner: Chosen[Runner] | None  # None: the release's default decides
     mode: Chosen[Mode]
     model_class: Chosen[ModelClass]  # what the release's default runner depends on
+    architecture: Chosen[str] | None  # what 0.23.0 to 0.28.0's default runner depends on; None: not asked
     pin_memory: str | None  # PIN_MEMORY's value here; None when unset
     runner_variable: Setting  # V2_MODEL_RUNNER here
     origin: str = ""  # where the machine's facts came from when not this machine (``collected``): a file
@@ -218,7 +235,14 @@ def set_up(facts: HostFacts, asked: Asked, origin: str = "") -> SetUp:
         runner=runner,
         mode=Chosen(asked.mode, Source.FLAG) if asked.mode else Chosen(Mode.GRAPH, Source.DEFAULT),
         model_class=(
-            Chosen(asked.model_class, Source.FLAG) if asked.model_class else Chosen(ModelClass.DENSE, Source.DEFAULT)
+            Chosen(asked.model_class, asked.model_class_source)
+            if asked.model_class
+            else Chosen(ModelClass.DENSE, Source.DEFAULT)
+        ),
+        architecture=(
+            Chosen(asked.architecture, asked.model_class_source if asked.model_class else Source.FLAG)
+            if asked.architecture
+            else None
         ),
         pin_memory=facts.environ.get(PIN_MEMORY.name),
         runner_variable=runner_variable,
@@ -236,6 +260,39 @@ class Match(enum.Enum):
     NEWER = "newer"  # newer than the newest by more than a patch: the newest, with a gap nothing published covers
 
 
+class Basis(enum.Enum):
+    """What the verdicts shown are: the published ones, or what the published runs give for this set-up."""
+
+    PUBLISHED = "published"  # the cell's verdicts, for the variable unset
+    OPTED_IN = "opted-in"  # the cell's answers for one who keeps VLLM_WSL2_ENABLE_PIN_MEMORY=1, as set here
+    # A WSL2 kernel release vLLM cannot parse: its old-kernel path, which never reads the variable, on a kernel the
+    # GPU works on: the new kernel's cell's answers with the variable unset
+    NOT_READ = "not-read"
+    ENGINE_STOPS = "engine-stops"  # a variable here vLLM cannot read: it stops with a ValueError at start-up
+    # The variable is set, but the matrix was made before it said the answers with it set: the published ones
+    PUBLISHED_UNSET = "published-unset"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One question's answer as the doctor gives it for this set-up."""
+
+    question: Question
+    verdict: Verdict
+    level: Level
+    said: Kept | None  # the published words (advice, why); None where the doctor's own reason stands (ENGINE_STOPS)
+
+
+@dataclass(frozen=True)
+class ByArchitecture:
+    """How a release that picks its runner by architecture picked it for the model asked about."""
+
+    architecture: str
+    listed: bool  # on the release's list of architectures that get the V2 runner by default
+    moe: bool
+    moe_from: Source  # FLAG (--moe), MODEL (config.json), MATRIX (the release's list of MoE architectures), DEFAULT
+
+
 @dataclass(frozen=True)
 class Answer:
     setup: SetUp
@@ -248,6 +305,9 @@ class Answer:
     pin: Setting  # PIN_MEMORY as the release answering reads it here
     matrix_made: str = ""  # when the matrix answering was made (its generated_at, as written)
     matrix_kit: str = ""  # the kit commit that made it
+    basis: Basis = Basis.PUBLISHED
+    shown: tuple[Shown, ...] = ()  # one per Question, in its order
+    by_architecture: ByArchitecture | None = None  # None: the release's default_runners (or a flag) chose
 
     @property
     def cell(self) -> Cell:
@@ -300,21 +360,82 @@ def _release(version: Version | None, published: Published) -> tuple[Release, Ma
     return older[0], Match.SAME if older[0].number == asked else Match.NEAREST_OLDER
 
 
+def _by_architecture(setup: SetUp, release: Release) -> ByArchitecture | None:
+    """Where the release picks its runner by architecture and one was asked about: how it picks it."""
+    by_stack, architecture = release.v2_architectures, setup.architecture
+    table = by_stack.get(setup.stack.value) if by_stack is not None else None
+    if table is None or architecture is None:
+        return None
+    name = architecture.value
+    if setup.model_class.value is ModelClass.MOE:
+        moe, moe_from = True, setup.model_class.source
+    else:
+        known = name in table.moe or name in table.dense
+        moe, moe_from = name in table.moe, Source.MATRIX if known else Source.DEFAULT
+    return ByArchitecture(name, name in table.listed, moe, moe_from)
+
+
+def _runner(setup: SetUp, release: Release, picked: ByArchitecture | None) -> Chosen[Runner]:
+    if setup.runner is not None:
+        return setup.runner
+    if picked is not None and release.v2_architectures is not None:
+        key = f"{'listed' if picked.listed else 'unlisted'}-{'moe' if picked.moe else 'dense'}"
+        return Chosen(release.v2_architectures[setup.stack.value].runner[key], Source.ARCHITECTURE)
+    if setup.model_class.value in release.default_runners:
+        return Chosen(release.default_runners[setup.model_class.value], Source.MATRIX)
+    return Chosen(Runner.V2, Source.ASSUMED)
+
+
+def _shown(verdict: QuestionVerdict | Kept, question: Question) -> Shown:
+    said = Kept(verdict.verdict, verdict.level, verdict.advice, verdict.why)
+    return Shown(question, verdict.verdict, verdict.level, said)
+
+
+def _verdicts(setup: SetUp, release: Release, entry: CellEntry, pin: Setting) -> tuple[Basis, tuple[Shown, ...]]:
+    """The answers for this set-up, from the published runs: a decision of what vLLM does with the variables here."""
+    published = entry.verdicts
+    if Reads.UNREADABLE in (pin.reads, setup.runner_variable.reads):
+        # vLLM's envs.py int()s both as its engine starts: nothing runs, whatever the cell would do.
+        return Basis.ENGINE_STOPS, tuple(Shown(v.question, Verdict.BROKEN, Level.PREDICTED, None) for v in published)
+    if setup.host_note is HostNote.VERSION_UNREADABLE and setup.host is Host.WSL2OLD:
+        # The GPU is there (the kernel is new enough for it) and vLLM decides as below its gate, never reading the
+        # variable: what the new kernel's cell does with it unset.
+        newer = release.entry(dataclasses.replace(entry.cell, host=Host.WSL2NEW))
+        kept = [v.kept.get(UNSET) for v in newer.verdicts] if newer else []
+        if kept and all(kept):
+            return Basis.NOT_READ, tuple(_shown(k, v.question) for k, v in zip(kept, published) if k)
+    if pin.reads is Reads.ON:
+        opted = [v.kept.get(OPT_IN) for v in published]
+        if all(opted):
+            return Basis.OPTED_IN, tuple(_shown(k, v.question) for k, v in zip(opted, published) if k)
+        return Basis.PUBLISHED_UNSET, tuple(_shown(v, v.question) for v in published)
+    return Basis.PUBLISHED, tuple(_shown(v, v.question) for v in published)
+
+
 def answer(setup: SetUp, published: Published) -> Answer:
     """The published cell and release for ``setup``; refused when the matrix has no cell for it."""
     version = _version(setup)
     release, match = _release(version, published)
-    if setup.runner is not None:
-        runner = setup.runner
-    elif setup.model_class.value in release.default_runners:
-        runner = Chosen(release.default_runners[setup.model_class.value], Source.MATRIX)
-    else:
-        runner = Chosen(Runner.V2, Source.ASSUMED)
+    picked = _by_architecture(setup, release)
+    runner = _runner(setup, release, picked)
     cell = Cell(setup.stack.value, setup.host, runner.value, setup.mode.value)
     entry = release.entry(cell)
     if entry is None:
         raise RefusedError(NoCell(published.name, cell, release.vllm))
     pin = _setting(PIN_MEMORY, setup.pin_memory, release.number)
+    basis, shown = _verdicts(setup, release, entry, pin)
     return Answer(
-        setup, published.name, release, version, match, runner, entry, pin, published.generated_at, published.kit_commit
+        setup,
+        published.name,
+        release,
+        version,
+        match,
+        runner,
+        entry,
+        pin,
+        published.generated_at,
+        published.kit_commit,
+        basis,
+        shown,
+        picked,
     )

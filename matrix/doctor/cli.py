@@ -14,7 +14,7 @@ from pathlib import Path
 
 from matrix.cells import Mode, ModelClass, Runner, Stack
 from matrix.cli import run_command_line
-from matrix.doctor import answer, collected, published, remote, render
+from matrix.doctor import answer, collected, model, published, remote, render
 from matrix.errors import MatrixError
 from matrix.host import facts
 
@@ -28,6 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", metavar="graph|eager", help="eager: with --enforce-eager (default: graph)")
     parser.add_argument(
         "--moe", action="store_true", help="for an MoE model: vLLM's default runner differs for them (before 0.29.0)"
+    )
+    parser.add_argument(
+        "--arch",
+        metavar="NAME",
+        help="the model's architecture (its config.json `architectures`, e.g. DeepseekV2ForCausalLM): vLLM 0.24.0 "
+        "to 0.28.0 pick the default runner by it",
+    )
+    parser.add_argument(
+        "--model", metavar="DIR", help="a model's directory: its architecture and MoE-ness read from its config.json"
     )
     parser.add_argument(
         "--collect-env",
@@ -57,13 +66,18 @@ def _table(where: str | None) -> published.Published:
 
 def run(args: argparse.Namespace) -> int:
     """The answer for the set-up ``args`` describe, printed; a refusal is one line (MatrixError)."""
+    given = model.read_model(Path(args.model)) if args.model else None
+    moe = ModelClass.MOE if args.moe or (given and given.moe) else None
+    # People write CUDA and ROCm capitalised, as NVIDIA and AMD do.
     asked = answer.Asked(
         kernel=args.kernel,
-        stack=Stack.parse(args.stack) if args.stack else None,
+        stack=Stack.parse(args.stack.lower()) if args.stack else None,
         vllm=args.vllm,
-        runner=Runner.parse(args.runner) if args.runner else None,
-        mode=Mode.parse(args.mode) if args.mode else None,
-        model_class=ModelClass.MOE if args.moe else None,
+        runner=Runner.parse(args.runner.lower()) if args.runner else None,
+        mode=Mode.parse(args.mode.lower()) if args.mode else None,
+        model_class=moe,
+        model_class_source=answer.Source.FLAG if args.moe or not given else answer.Source.MODEL,
+        architecture=args.arch or (given.architecture if given else None),
     )
     if args.collect_env:
         described = collected.read_set_up(Path(args.collect_env))

@@ -84,9 +84,11 @@ def collect_env_facts(text: str, name: str) -> HostFacts:
             fields.setdefault(key, value)
             if key == "GPU models and configuration":
                 listing = True
+                # CUDA's first `GPU n:` line; ROCm's torch device name alone (vLLM's collect_env, get_gpu_info).
                 inline = _GPU.match(value)
-                if inline:
-                    gpus.append(inline["name"].split(" (UUID")[0].strip())
+                named = inline["name"] if inline else _known(value)
+                if named:
+                    gpus.append(named.split(" (UUID")[0].strip())
     platform = _PLATFORM.match(fields.get("Python platform", ""))
     if platform is None:
         raise MatrixError(f"{name} names no Linux kernel (its `Python platform` line): {AGAIN}")

@@ -12,11 +12,11 @@ import enum
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from matrix.cells import Axis, Cell, ModelClass, Runner
+from matrix.cells import Axis, Cell, ModelClass, Runner, Stack
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 from matrix.files import write_file
@@ -31,8 +31,21 @@ PACKAGED = Path(__file__).with_name("matrix.json")
 # What each cell keeps: every field ``_cell`` reads.
 _CELL_FIELDS = ("id", "command", "evidence", "verdicts", "status", "issues")
 _VERDICT_FIELDS = ("verdict", "level", "advice", "why", "issues")
+# Kept where the compat.json has them: a matrix made before the report wrote them is still read, without.
+_VERDICT_NEWER_FIELDS = ("outcomes", "kept")
+_RELEASE_NEWER_FIELDS = ("v2_architectures",)
 A = TypeVar("A", bound=Axis)
 REGENERATE = "regenerate it with `nox -s report`, or pass --matrix PATH"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The answer for one who keeps VLLM_WSL2_ENABLE_PIN_MEMORY at a value (compat.json's ``kept``)."""
+
+    verdict: Verdict
+    level: Level
+    advice: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,8 @@ class QuestionVerdict:
     advice: str
     why: str
     issues: tuple[str, ...]  # the issues the verdict's rules name (URLs)
+    # Per value of the variable ("unset", "1"); empty in a matrix made before the report wrote them.
+    kept: Mapping[str, Kept] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -123,11 +138,28 @@ def release_number(text: str) -> tuple[int, ...] | None:
 
 
 @dataclass(frozen=True)
+class V2Architectures:
+    """How a release that picks its runner by the model's architecture picks it (compat.json's v2_architectures)."""
+
+    listed: tuple[str, ...]  # vLLM's DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES on the stack's platform
+    runner: Mapping[str, Runner]  # "listed-dense", "listed-moe", "unlisted-dense", "unlisted-moe"
+    # Where the runner depends on MoE-ness: the architectures vLLM reads as MoE, and as dense, from each one's
+    # default config; an architecture in neither is not known.
+    moe: tuple[str, ...] = ()
+    dense: tuple[str, ...] = ()
+
+
+RUNNER_KEYS = tuple(f"{listed}-{kind.value}" for listed in ("listed", "unlisted") for kind in ModelClass)
+
+
+@dataclass(frozen=True)
 class Release:
     vllm: str
     number: tuple[int, ...]
     default_runners: Mapping[ModelClass, Runner]  # the runner vLLM picks with the variable unset; absent: not said
     cells: tuple[CellEntry, ...]
+    # Per GPU stack (the list is the platform's); None: the release does not pick by architecture.
+    v2_architectures: Mapping[Stack, V2Architectures] | None = None
 
     def entry(self, cell: Cell) -> CellEntry | None:
         return next((e for e in self.cells if e.cell == cell), None)
@@ -169,15 +201,29 @@ def _issues(obj: Any, where: str) -> tuple[str, ...]:
     return tuple(issues)
 
 
-def _verdict(obj: Any, question: Question, where: str) -> QuestionVerdict:
-    here = f"{where} verdict {question.value}"
-    return QuestionVerdict(
-        question,
+def _kept(obj: Any, here: str) -> Kept:
+    return Kept(
         _axis(Verdict, _get(obj, "verdict", str, here), here),
         _axis(Level, _get(obj, "level", str, here), here),
         _get(obj, "advice", str, here),
         _get(obj, "why", str, here),
+    )
+
+
+def _verdict(obj: Any, question: Question, where: str) -> QuestionVerdict:
+    here = f"{where} verdict {question.value}"
+    said = _kept(obj, here)
+    kept = obj.get("kept", {})
+    if not isinstance(kept, dict):
+        raise _ShapeError(f"{here} has a kept that is not an object")
+    return QuestionVerdict(
+        question,
+        said.verdict,
+        said.level,
+        said.advice,
+        said.why,
         _issues(obj, here),
+        {pin: _kept(answer, f"{here} kept {pin}") for pin, answer in kept.items()},
     )
 
 
@@ -235,6 +281,38 @@ def _release(obj: Any) -> Release:
             if runner is not None
         },
         tuple(_cell(cell, where) for cell in _get(obj, "cells", list, where)),
+        _architectures(obj.get("v2_architectures"), where),
+    )
+
+
+def _names(obj: Any, key: str, where: str) -> tuple[str, ...]:
+    names = _get(obj, key, list, where)
+    if not all(isinstance(name, str) for name in names):
+        raise _ShapeError(f"{where} has {key} that are not architecture names")
+    return tuple(names)
+
+
+def _architectures(obj: Any, where: str) -> Mapping[Stack, V2Architectures] | None:
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise _ShapeError(f"{where} has v2_architectures that are not an object per GPU stack")
+    return {
+        _axis(Stack, stack, where): _stack_architectures(entry, f"{where} v2_architectures {stack}")
+        for stack, entry in obj.items()
+    }
+
+
+def _stack_architectures(obj: Any, here: str) -> V2Architectures:
+    if not isinstance(obj, dict):
+        raise _ShapeError(f"{here} is not an object")
+    runner = _get(obj, "runner", dict, here)
+    if set(runner) != set(RUNNER_KEYS) or not all(isinstance(r, str) for r in runner.values()):
+        raise _ShapeError(f"{here} has a runner that is not a runner for each of {', '.join(RUNNER_KEYS)}")
+    return V2Architectures(
+        _names(obj, "listed", here),
+        {key: _axis(Runner, runner[key], here) for key in RUNNER_KEYS},
+        *(_names(obj, kind, here) if kind in obj else () for kind in ("moe", "dense")),
     )
 
 
@@ -269,12 +347,17 @@ def doctor_part(document: dict[str, Any]) -> dict[str, Any]:
             {
                 "vllm": version["vllm"],
                 "default_runners": version["default_runners"],
+                **{key: version[key] for key in _RELEASE_NEWER_FIELDS if key in version},
                 "cells": [
                     {
                         **{key: cell[key] for key in _CELL_FIELDS if key != "verdicts"},
                         "gpu": _gpu(cell),
                         "verdicts": {
-                            question: {key: verdict[key] for key in _VERDICT_FIELDS}
+                            question: {
+                                key: verdict[key]
+                                for key in _VERDICT_FIELDS + _VERDICT_NEWER_FIELDS
+                                if key in _VERDICT_FIELDS or key in verdict
+                            }
                             for question, verdict in cell["verdicts"].items()
                         },
                     }

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import re
 
-from matrix.cells import WSL2_PIN_KERNEL, Host, Runner
+from matrix.cells import WSL2_PIN_KERNEL, Host, ModelClass, Runner
 from matrix.doctor.answer import (
     Answer,
+    Basis,
     HostNote,
     Match,
     NoStack,
@@ -16,6 +17,7 @@ from matrix.doctor.answer import (
     Reads,
     Refusal,
     Setting,
+    Shown,
     Source,
     UnreadableKernel,
 )
@@ -56,6 +58,13 @@ LEVEL_WORDS = {
     Level.NATIVE: "measured",
     Level.NONE: "no evidence",
 }
+# Where an architecture's MoE-ness came from, as the runner line says it ({model}: "an MoE model", "a dense model").
+MOE_FROM = {
+    Source.FLAG: "{model} (--moe)",
+    Source.MODEL: "{model} (its config.json)",
+    Source.MATRIX: "{model} (as vLLM reads its default config)",
+    Source.DEFAULT: "{model} (--moe if it is MoE)",
+}
 KIND_WORDS = {Kind.PRE: "a pre-release", Kind.DEV: "a development build", Kind.POST: "a post-release"}
 OPT_IN_STEP = f"set {PIN_MEMORY.name}={OPT_IN}"
 # What `nox -s "cell(...)"` installs before it runs (noxfile's _install_vllm; README: "What a GPU-less session
@@ -64,6 +73,17 @@ CHECK_INSTALLS = (
     "it first installs vLLM {vllm} into .nox/: with a GPU here, vLLM and its CUDA torch from the package index, "
     "about 9 GB; without one, vLLM's wheel and a CPU torch, about 3 GB, and the tests that need a GPU are skipped"
 )
+# After "the opt-in, ": what the answers below are, by their basis.
+OPTED_IN_WORDS = {
+    Basis.OPTED_IN: "and the answers below are for it",
+    Basis.PUBLISHED_UNSET: (
+        "but {matrix} was made before it said the answers with it set: below are those with it unset, less the step "
+        "it takes"
+    ),
+    Basis.NOT_READ: "but on this kernel vLLM never reads it: the answers below are without it",
+    Basis.ENGINE_STOPS: "and the answers below are for it",
+    Basis.PUBLISHED: "and the answers below are for it",
+}
 _ISSUE_NUMBER = re.compile(r"/(?:issues|pull)/(\d+)/?$")
 
 
@@ -77,7 +97,7 @@ def _how_known(a: Answer) -> str:
     rest on different levels it says so: a GPU's answer to one question is never hidden behind "no GPU has run"."""
     vllm, host = a.release.vllm, HOST_WORDS[a.setup.host]
     gpu = a.entry.gpu or "a GPU"
-    levels = sorted({v.level for v in a.entry.verdicts}, reverse=True)
+    levels = sorted({v.level for v in a.shown}, reverse=True)
     if len(levels) > 1:
         said = " and ".join(LEVEL_WORDS[level] for level in levels)
         on = f" on {gpu}" if levels[0] in (Level.COMMUNITY, Level.EMULATED, Level.NATIVE) else ""
@@ -91,7 +111,7 @@ def _how_known(a: Answer) -> str:
         Level.EMULATED: f"emulated on {gpu}: vLLM {vllm} ran under native Linux shown this uname, not on {host}",
         Level.NATIVE: f"measured on {gpu}: vLLM {vllm} ran this set-up on {host}",
         Level.NONE: f"no evidence: nothing has run this set-up with vLLM {vllm}",
-    }[a.entry.level]
+    }[min(levels)]
 
 
 def _kernel_words(a: Answer) -> str:
@@ -115,12 +135,25 @@ def _runner_words(a: Answer) -> str:
     if a.runner.source is Source.VARIABLE and variable.value is not None:
         read = "" if variable.value in ("0", "1") else f", which vLLM reads as {a.runner.value.env_value}"
         return f"{V2_MODEL_RUNNER.name}={_shown(variable.value)}{read}"
+    vllm, picked, architecture = a.release.vllm, a.by_architecture, a.setup.architecture
+    if a.runner.source is Source.ARCHITECTURE and picked is not None:
+        on = "is on" if picked.listed else "is not on"
+        kind = ModelClass.MOE if picked.moe else ModelClass.DENSE
+        return (
+            f"{picked.architecture} {on} vLLM {vllm}'s list of architectures that get the V2 runner by default, "
+            f"and {MOE_FROM[picked.moe_from].format(model=MODEL_CLASS_WORDS[kind])}: "
+            f"vLLM {vllm} picks the {a.runner.value.value.upper()} runner for it"
+        )
     model = MODEL_CLASS_WORDS[a.setup.model_class.value]
-    other = "" if a.setup.model_class.source is Source.FLAG else "; --moe for an MoE model"
+    other = "" if a.setup.model_class.source in (Source.FLAG, Source.MODEL) else "; --moe for an MoE model"
+    if a.release.v2_architectures is not None and architecture is None:
+        other += "; --arch NAME: it picks by the model's architecture"
+    if architecture is not None and picked is None:
+        other += f"; vLLM {vllm} picks no runner by architecture, so {architecture.value} changes nothing"
     return {
-        Source.FLAG: "--runner",
-        Source.MATRIX: f"vLLM {a.release.vllm}'s default for {model}{other}",
-        Source.ASSUMED: f"assumed: the matrix does not say vLLM {a.release.vllm}'s default for {model}; pass --runner",
+        Source.FLAG: f"--runner{other if architecture is not None else ''}",
+        Source.MATRIX: f"vLLM {vllm}'s default for {model}{other}",
+        Source.ASSUMED: f"assumed: the matrix does not say vLLM {vllm}'s default for {model}; pass --runner",
     }[a.runner.source]
 
 
@@ -151,7 +184,8 @@ def _pin_words(a: Answer) -> str:
         )
     if pin.reads is Reads.ON:
         read = "" if pin.value == OPT_IN else ", which vLLM reads as 1"
-        return f"{name}={_shown(pin.value)} is set {here}{read}: the opt-in, and the answers below are for it"
+        answers = OPTED_IN_WORDS[a.basis].format(matrix=a.matrix)
+        return f"{name}={_shown(pin.value)} is set {here}{read}: the opt-in, {answers}"
     read = "" if pin.value == "0" else ", which vLLM reads as 0"
     return f"{name}={_shown(pin.value)} is set {here}{read}: no opt-in, as when unset"
 
@@ -211,6 +245,41 @@ def _advice(a: Answer, advice: str, verdict: Verdict) -> str:
     return advice
 
 
+def _stopping(a: Answer) -> Setting:
+    """The variable vLLM cannot read here, which stops it at start-up (Basis.ENGINE_STOPS)."""
+    return a.pin if a.pin.reads is Reads.UNREADABLE else a.setup.runner_variable
+
+
+def _shown_advice(a: Answer, v: Shown) -> str:
+    if v.said is None:
+        name = _stopping(a).variable.name
+        to_set = f"set {name}={OPT_IN}" if name == PIN_MEMORY.name else f"set {name}=0 or 1"
+        return f"{to_set}, or unset it: vLLM cannot start with {name}={_shown(_stopping(a).value or '')}"
+    return _advice(a, v.said.advice, v.verdict)
+
+
+def _shown_why(a: Answer, v: Shown) -> str:
+    if v.said is None:
+        return (
+            f"vLLM reads {_stopping(a).variable.name} as bool(int(value)) and stops with a ValueError at start-up: "
+            "no engine starts"
+        )
+    return v.said.why
+
+
+def _check(a: Answer) -> tuple[str, str]:
+    """The command that checks the set-up here, for the user's own release, and that release."""
+    version = a.version
+    if version is None or (a.match is Match.SAME and version.kind is Kind.FINAL):
+        return a.entry.command, a.release.vllm
+    # A local build's part (+cu129) is no release an index holds: the release it builds on is.
+    own = version.text.split("+")[0]
+    published = f"--vllm {a.release.vllm}"
+    if not a.entry.command.endswith(published):
+        return a.entry.command, a.release.vllm
+    return a.entry.command[: -len(published)] + f"--vllm {own}", own
+
+
 def _issue_lines(a: Answer) -> list[str]:
     """Each issue the published entry names, with its number and what it concerns."""
     mode = a.setup.mode.value
@@ -251,36 +320,42 @@ def render_text(a: Answer) -> str:
     words = {question: question_name(question, s.mode.value) for question in Question}
     width = max(len(word) for word in words.values())
     verdict_width = max(len(verdict.value) for verdict in Verdict)
-    for v in a.entry.verdicts:
+    for v in a.shown:
         level = LEVEL_WORDS[v.level]
         lines.append(f"{words[v.question].ljust(width)}  {v.verdict.value.ljust(verdict_width)}  {level}")
-        lines.append(f"  {_advice(a, v.advice, v.verdict)}")
-        lines.append(f"  ({v.why})")
+        lines.append(f"  {_shown_advice(a, v)}")
+        lines.append(f"  ({_shown_why(a, v)})")
     issues = _issue_lines(a)
     if issues:
         lines += ["", "known issues (the published entry names them):", *issues]
     lines += ["", f"evidence (weakest level: {a.entry.level}):"]
     lines += [f"  {sentence}" for sentence in a.entry.evidence] or ["  none recorded"]
-    lines += ["", f"check it here: {a.entry.command}", f"  ({CHECK_INSTALLS.format(vllm=a.release.vllm)})"]
+    command, runs = _check(a)
+    lines += ["", f"check it here: {command}", f"  ({CHECK_INSTALLS.format(vllm=runs)})"]
+    if runs != a.release.vllm:
+        lines.append(
+            f"  (vLLM {runs} is not in {a.matrix}: the answer above is {a.release.vllm}'s, the check runs {runs})"
+        )
     # The matrix may be anyone's file (--matrix) and the variable anyone's value: neither may start a line.
     return "\n".join(visible(line) for line in lines)
 
 
 def render_json(a: Answer) -> str:
-    s, verdicts = a.setup, a.entry.verdicts
+    s, verdicts = a.setup, a.shown
     document = {
         "cell": a.cell.id,
         "vllm": a.release.vllm,
         "verdicts": {v.question.value: v.verdict.value for v in verdicts},
-        "advice": {v.question.value: v.advice for v in verdicts},
+        "advice": {v.question.value: _shown_advice(a, v) for v in verdicts},
+        "answered_as": a.basis.value,
         "evidence": {
-            "level": a.entry.level.value,
+            "level": min(v.level for v in verdicts).value,
             "levels": {v.question.value: v.level.value for v in verdicts},
             "gpu": a.entry.gpu or None,
             "sentences": list(a.entry.evidence),
         },
         "issues": list(a.issues),
-        "command": a.entry.command,
+        "command": _check(a)[0],
         "matrix": {"name": a.matrix, "generated_at": a.matrix_made or None, "kit_commit": a.matrix_kit or None},
         "nearest_older": a.nearest_older,
         "release_match": a.match.value,
@@ -294,6 +369,7 @@ def render_json(a: Answer) -> str:
             "installed_vllm": s.installed_vllm,
             "runner": a.runner.value.value,
             "model_class": a.setup.model_class.value.value,
+            "architecture": s.architecture.value if s.architecture else None,
             "mode": s.mode.value.value,
             PIN_MEMORY.name: s.pin_memory,
             V2_MODEL_RUNNER.name: s.runner_variable.value,

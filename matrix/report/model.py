@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import gc
+import json
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -13,7 +14,14 @@ from pathlib import Path
 from matrix.cells import Host, Mode, ModelClass, Runner, Stack
 from matrix.errors import MatrixError
 from matrix.evidence import Source, origin
-from matrix.expectations import Rule, default_runner_key, load_rules, release_version
+from matrix.expectations import (
+    RUNNER_BY_ARCHITECTURE,
+    V2_ARCHITECTURES,
+    Rule,
+    default_runner_key,
+    load_rules,
+    release_version,
+)
 from matrix.layout import ENGINE_BENCH_SUFFIX
 from matrix.plan import Execution
 from matrix.report.bench import BenchSummary, latest_per_cell
@@ -157,6 +165,38 @@ class Report:
             chosen = {c.observed(default_runner_key(kind), UNSET) for c in self.versions[vllm]} - {None}
             runners[kind.value] = chosen.pop() if len(chosen) == 1 else None
         return runners
+
+    def v2_architectures(self, vllm: str) -> dict[str, dict] | None:
+        """Per stack, which architectures vLLM's config gives the V2 runner by default and which runner each class
+        of architecture gets (on the list or off it, MoE or dense), with the architectures vLLM reads as MoE and as
+        dense where that changes the answer: as the release's cells observed it. None where the release decides
+        alike for every architecture, or no cell said."""
+        found: dict[str, dict] = {}
+        for cell in self.versions[vllm]:
+            listed = cell.observed(V2_ARCHITECTURES, UNSET)
+            runners = cell.observed(RUNNER_BY_ARCHITECTURE, UNSET)
+            if not listed or not runners or listed == "none" or runners == "none" or cell.cell.stack in found:
+                continue
+            entry: dict = {
+                "listed": listed.split(","),
+                "runner": dict(pair.split("=", 1) for pair in runners.split(",")),
+            }
+            found[cell.cell.stack.value] = entry
+        # Which architectures vLLM reads as MoE or dense: recorded once per stack, by whichever cell asked it.
+        for cell in self.versions[vllm]:
+            entry = found.get(cell.cell.stack.value, {})
+            for kind in ("moe", "dense") if entry else ():
+                said = next(
+                    (
+                        c.properties[f"{kind}_architectures"]
+                        for c in cell.cases
+                        if f"{kind}_architectures" in c.properties
+                    ),
+                    None,
+                )
+                if said is not None and kind not in entry:
+                    entry[kind] = json.loads(said)
+        return found or None
 
     def verdicts_of(self, cell: CellReport) -> CellVerdicts:
         return self.verdicts[(cell.vllm, cell.cell.id)]

@@ -12,6 +12,7 @@ from matrix.report.engine_bench import EngineBench
 from matrix.report.model import Evidence, Report
 from matrix.report.status import CaseRecord, CellReport
 from matrix.report.view import advice, answer_sentence, evidence_sentence, plain, why
+from matrix.variables import GATE_PIN_VALUES
 from matrix.verdicts import Answer
 from matrix.words import COMPAT_SCHEMA
 
@@ -20,12 +21,23 @@ SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 
 def _answer(answer: Answer) -> dict:
     return {
+        **_kept(answer),
+        "issues": list(answer.issues),
+        "rules": [rule.id for rule in answer.rules],
+        "outcomes": {
+            pin: found.outcome.value if found else None for pin, found in zip(GATE_PIN_VALUES, answer.runs, strict=True)
+        },
+        "kept": {pin: _kept(kept) for pin, kept in answer.kept},
+    }
+
+
+def _kept(answer: Answer) -> dict:
+    """What an answer says: for a kept one, what the doctor tells a user who has set the variable so."""
+    return {
         "verdict": answer.verdict.value,
         "level": answer.level.value,
         "advice": plain(advice(answer)),
         "why": why(answer),
-        "issues": list(answer.issues),
-        "rules": [rule.id for rule in answer.rules],
     }
 
 
@@ -148,7 +160,11 @@ def _engine_bench(bench: EngineBench) -> dict:
 def _default_runners(report: Report, vllm: str) -> dict:
     """A release's default runner per model class, and on its own the dense model's (what most users run)."""
     runners = report.default_runners(vllm)
-    return {"default_runner": runners[ModelClass.DENSE.value], "default_runners": runners}
+    return {
+        "default_runner": runners[ModelClass.DENSE.value],
+        "default_runners": runners,
+        "v2_architectures": report.v2_architectures(vllm),
+    }
 
 
 def _dumps(value: object) -> str:

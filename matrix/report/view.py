@@ -151,6 +151,31 @@ def default_runners_sentence(runners: Mapping[str, str | None]) -> str:
     )
 
 
+def architectures_sentence(by_stack: Mapping[str, Mapping] | None) -> str:
+    """Where a release picks the default runner by the model's architecture: which architectures get V2 on each
+    stack, and what every other gets; empty where the architecture does not decide."""
+    if not by_stack:
+        return ""
+
+    def runners(runner: Mapping[str, str], where: str) -> str:
+        if runner[f"{where}-dense"] == runner[f"{where}-moe"]:
+            return f"the {RUNNER_NAMES[Runner(runner[f'{where}-dense'])]} runner"
+        return " and ".join(
+            f"the {RUNNER_NAMES[Runner(runner[f'{where}-{kind.value}'])]} runner for {MODEL_CLASS_WORDS[kind]}"
+            for kind in ModelClass
+        )
+
+    said = [
+        f"on {STACK_NAMES[Stack(stack)]}, {', '.join(found['listed'])}: {runners(found['runner'], 'listed')}; "
+        f"every other architecture: {runners(found['runner'], 'unlisted')}"
+        for stack, found in by_stack.items()
+    ]
+    return (
+        "Up to 0.28.0 the model's architecture picks the default runner (the release's config code, asked per class "
+        f"of architecture): {'. '.join(said)}"
+    )
+
+
 def evidence_sentence(evidence: Evidence) -> str:
     """The evidence as one sentence (compat.json's ``evidence`` strings)."""
     what, brackets, after = _evidence_words(evidence)
@@ -235,6 +260,7 @@ STATUS_VERDICT_DISTANCE = 10.0
 WORKAROUNDS: dict[Workaround, tuple[str | Part, ...]] = {
     Workaround.EAGER: ("use ", Part("--enforce-eager", Style.CODE), " (slower)"),
     Workaround.V1_RUNNER: ("use the V1 runner: ", Part(f"{V2_MODEL_RUNNER.name}=0", Style.CODE)),
+    Workaround.V2_RUNNER: ("unset ", Part(V2_MODEL_RUNNER.name, Style.CODE), " (the V2 runner is the only one)"),
 }
 SET_OPT_IN: tuple[str | Part, ...] = ("set ", Part(f"{PIN_MEMORY.name}={OPT_IN}", Style.CODE))
 WSL_UPDATE: tuple[str | Part, ...] = ("run ", Part("wsl --update", Style.CODE), f" (kernel ≥ {KERNEL})")
@@ -634,7 +660,15 @@ class ReportView:
             vllm,
             tuple(COLUMN_NAMES[c] for c in COLUMNS),
             rows,
-            default_runners_sentence(self.report.default_runners(vllm)),
+            ". ".join(
+                filter(
+                    None,
+                    (
+                        default_runners_sentence(self.report.default_runners(vllm)),
+                        architectures_sentence(self.report.v2_architectures(vllm)),
+                    ),
+                )
+            ),
             tuple(tally.items()),
             tuple(benches),
         )

@@ -18,13 +18,15 @@ from matrix.cells import CELLS
 from matrix.releases import VLLM_VERSION
 
 TWO_CELLS = ["cuda-wsl2new-v1-graph", "cuda-wsl2new-v2-graph"]
-# What the workflow's own runs upload beside the runners' artifacts.
+# What the workflow's own runs upload beside the runners' artifacts (and the gate's of each release newer than the
+# published matrix, new-release-gate-<release>, where this machine's package index has one).
 NOT_A_RUNNERS = {"junit-gate", "github-pages"}
+NEW_RELEASE_GATE = "new-release-gate-"
 STORE = "docs/evidence/runs"
 
 
 def runner_artifacts(night: Night) -> set[str]:
-    return {p.name for p in night.artifacts.iterdir()} - NOT_A_RUNNERS
+    return {p.name for p in night.artifacts.iterdir() if not p.name.startswith(NEW_RELEASE_GATE)} - NOT_A_RUNNERS
 
 
 def site(pages: Path) -> dict[str, str]:

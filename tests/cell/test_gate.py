@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from matrix.expectations import RUNNER
 from repro.failures import torch_at_fault
 from repro.gate import GateRequest
 
@@ -45,15 +46,14 @@ def test_gate_value(expect, state, gate_outcomes, plans, cell, pin_env, gate_key
     expect(gate_key, answer[gate_key], context)
 
 
-def test_runner_selected(tag, state, gate_outcomes, plans, cell, pin_env, vllm_version):
-    """vLLM's config picks the cell's model runner under its VLLM_USE_V2_MODEL_RUNNER."""
+def test_runner_selected(expect, state, gate_outcomes, plans, cell, pin_env, vllm_version):
+    """vLLM's config picks the cell's model runner under its VLLM_USE_V2_MODEL_RUNNER, or vLLM refuses the value
+    (a release without that runner)."""
     outcome = _answer(gate_outcomes, plans, cell, pin_env) if vllm_version else None
     if outcome is None or not outcome.ok or not outcome.value["imports"]:
         pytest.skip("vLLM gave no answer under this host: see test_vllm_imports for this cell")
     key = f"runner_{cell.runner}"
     if key in outcome.value["errors"]:
+        state(gate_key=RUNNER)
         pytest.fail(f"vLLM raised while choosing the runner:\n{outcome.value['errors'][key]}")
-    state(gate_key="runner", observed=outcome.value[key])
-    assert outcome.value[key] == cell.runner.value, (
-        f"VLLM_USE_V2_MODEL_RUNNER={cell.runner.env_value} but vLLM's config chose {outcome.value[key]}"
-    )
+    expect(RUNNER, outcome.value[key], f" (VLLM_USE_V2_MODEL_RUNNER={cell.runner.env_value})")

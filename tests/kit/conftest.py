@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socketserver
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import host_reads
@@ -74,6 +78,19 @@ def run_module(
         timeout=timeout,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def on_loopback(server: socketserver.TCPServer) -> Iterator[str]:
+    """``server`` (bound to 127.0.0.1) answering in a thread for the block: its URL, without a trailing slash."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def require_gate_only(cells: str | None) -> None:

@@ -13,16 +13,16 @@ from types import SimpleNamespace
 import jsonschema
 import pytest
 from conftest import ROOT, run_module
+from package_index import point_pip_at, refusing_url, served, write_index
 from test_report import NOW, envelope, gate_case
 
-from matrix import history_cache
+from matrix import history_cache, release_index
 from matrix.errors import MatrixError
 from matrix.host.classify import ENV_SCHEMA
 from matrix.host.facts import collect_environment
 from matrix.host.record import EnvironmentRecord
 from matrix.layout import EVIDENCE_STORE
 from matrix.plan import Plan
-from matrix.releases import HISTORY_VERSIONS
 from matrix.report import render_html, render_json, render_md
 from matrix.report.bench import BenchSummary
 from matrix.report.model import Evidence, EvidenceKind, build_report
@@ -233,9 +233,8 @@ def observed(c, key, pin_env):
 
 
 def test_the_published_matrix_has_every_release_and_cell_with_its_evidence(published):
-    assert [v["vllm"] for v in published["versions"]] == sorted(
-        HISTORY_VERSIONS, key=lambda v: tuple(map(int, v.split("."))), reverse=True
-    )
+    # Every release publish computes by default: the kit's own list and those a --with-new-releases publish added.
+    assert [v["vllm"] for v in published["versions"]] == list(reversed(release_index.known(COMMITTED_HISTORY)))
     for version in published["versions"]:
         assert len(version["cells"]) == 24
         for c in version["cells"]:
@@ -366,7 +365,8 @@ def test_the_published_page_opens_offline(tmp_path):
     if "no Chromium" in done.stderr:
         pytest.skip("no Chromium here (.ci/run installs it)")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{len(HISTORY_VERSIONS)} grid(s), {24 * len(HISTORY_VERSIONS)} cell(s), 0 console message(s)" in done.stdout
+    releases = len(release_index.known(COMMITTED_HISTORY))
+    assert f"{releases} grid(s), {24 * releases} cell(s), 0 console message(s)" in done.stdout
 
 
 # --- one path: the history session runs its releases the way a cell session runs its cells -------------------
@@ -391,6 +391,7 @@ class RecordingSession:
         self.virtualenv = SimpleNamespace(location=str(tmp / "venv"))
         self.commands: list[tuple[str, ...]] = []
         self.installs: list[tuple[tuple[str, ...], object]] = []  # each install's packages and environment
+        self.warnings: list[str] = []
 
     def run(self, *args: str, **kwargs: object) -> str:
         self.commands.append(args)
@@ -409,6 +410,9 @@ class RecordingSession:
 
     def log(self, *args: object) -> None:
         pass
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
 
     def error(self, message: str) -> None:
         raise AssertionError(message)
@@ -551,3 +555,28 @@ def test_history_reuses_a_release_whose_key_is_unchanged_and_fresh_runs_it_again
     assert pytest_runs("--versions", "0.33.0") == 0
     assert pytest_runs("--versions", "0.33.0", "--fresh") == 1
     assert pytest_runs("--versions", "0.33.0", "--recheck", "auto") == 1
+
+
+@pytest.mark.reads_host
+def test_with_new_releases_the_history_adds_the_indexs_newer_ones_and_without_an_index_says_so(tmp_path, monkeypatch):
+    import noxfile
+
+    monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(noxfile, "COMMITTED_HISTORY", tmp_path / "history.tar.xz")  # this run's own, not the kit's
+    index = write_index(tmp_path / "index", ["0.32.0", "0.33.0", "99.1.0", "99.2.0rc1"])
+
+    def computed(url: str) -> tuple[list[str], list[str]]:
+        point_pip_at(monkeypatch, url)
+        run = tmp_path / f"run{len(list(tmp_path.glob('run*')))}"
+        monkeypatch.setattr(noxfile, "RESULTS", run / "results")
+        session = SplittingSession("history", run, ["--versions", "0.32.0,0.33.0", "--with-new-releases"])
+        session.tmp.mkdir()
+        noxfile.history(session)
+        return sorted(p.name for p in (run / "results" / "history").iterdir()), session.warnings
+
+    with served(index.parent) as url:
+        assert computed(f"{url}/simple/") == (["0.32.0", "0.33.0", "99.1.0"], [])
+    releases, (warning,) = computed(refusing_url())
+    assert releases == ["0.32.0", "0.33.0"]
+    assert warning.startswith("the package index gave no list of vllm releases (")
+    assert warning.endswith("; computing the releases known without it")

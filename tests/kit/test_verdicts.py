@@ -21,26 +21,34 @@ from matrix.report.view import advice, build_view, plain, why
 from matrix.verdicts import load_verdict_rules
 
 # What vLLM decides on each host, as the gate records it: (key, pin_env) -> observed.
+# A kit that records the engine config (0.34.0's V1 cells are refused) says it was built; older records do not.
+BUILT = {("engine_config", p): "built" for p in ("unset", "1")}
 NATIVE = (
-    {("imports", p): "True" for p in ("unset", "1")}
+    BUILT
+    | {("imports", p): "True" for p in ("unset", "1")}
     | {("pin", p): "True" for p in ("unset", "1")}
     | {("offload_path", p): "uva" for p in ("unset", "1")}
     | {("v2_buffer", p): "UvaBuffer" for p in ("unset", "1")}
 )
 # CUDA on a new WSL2 kernel: nothing pinned unless opted in (0.24.0+, #41496); the V2 runner crashed before 0.30.
-CUDA_NEW_KERNEL = {("imports", p): "True" for p in ("unset", "1")} | {
-    ("pin", "unset"): "False",
-    ("pin", "1"): "True",
-    ("offload_path", "unset"): "pageable-copy",
-    ("offload_path", "1"): "uva",
-    ("v2_buffer", "unset"): "crash: UVA is not available",
-    ("v2_buffer", "1"): "UvaBuffer",
-}
+CUDA_NEW_KERNEL = (
+    BUILT
+    | {("imports", p): "True" for p in ("unset", "1")}
+    | {
+        ("pin", "unset"): "False",
+        ("pin", "1"): "True",
+        ("offload_path", "unset"): "pageable-copy",
+        ("offload_path", "1"): "uva",
+        ("v2_buffer", "unset"): "crash: UVA is not available",
+        ("v2_buffer", "1"): "UvaBuffer",
+    }
+)
 # What vLLM (0.24.0+) logs as it builds the config of an engine that offloads with CUDA graphs on WSL2.
 CAP_WARNING = {("pin_cap_warning", p): "True" for p in ("unset", "1")}
 # CUDA on an old kernel: nothing pinned whatever the variable says.
 CUDA_OLD_KERNEL = (
-    {("imports", p): "True" for p in ("unset", "1")}
+    BUILT
+    | {("imports", p): "True" for p in ("unset", "1")}
     | {("pin", p): "False" for p in ("unset", "1")}
     | {("offload_path", p): "pageable-copy" for p in ("unset", "1")}
     | {("v2_buffer", p): "crash: UVA is not available" for p in ("unset", "1")}
@@ -83,7 +91,7 @@ def test_a_new_kernel_needs_the_opt_in_and_an_old_one_the_update_first(tmp_path)
     start, offload = old[Question.ENGINE_START], old[Question.OFFLOAD_WITH_GRAPHS]
     assert start.unset.rule.id == "cuda-wsl-kernel-too-old" and start.level is Level.DOCUMENTED
     # After `wsl --update` the variable is still needed.
-    assert offload.and_opt_in and offload.unset.rule.id == "no-engine" and offload.level is Level.DOCUMENTED
+    assert offload.and_opt_in and offload.unset.rule.id == "no-gpu" and offload.level is Level.DOCUMENTED
     assert all(a.verdict is Verdict.WORKS for a in native.values())
     cell = next(
         c for row in next(build_view(report).releases()).rows for c in row.cells if c.id == "cuda-wsl2old-v1-graph"
@@ -271,6 +279,17 @@ def test_compat_json_markdown_and_the_page_lead_with_the_verdicts(tmp_path):
         "without pinned memory; with it: the engine starts",
         "issues": ["https://github.com/vllm-project/vllm/issues/47387"],
         "rules": ["v2-uva-crash", "starts"],
+        # The two runs it is made from, and what a user who keeps the variable at each value is told.
+        "outcomes": {"unset": "fails", "1": "works"},
+        "kept": {
+            "unset": {
+                "verdict": "broken",
+                "level": "predicted",
+                "advice": "use the V1 runner: VLLM_USE_V2_MODEL_RUNNER=0",
+                "why": "the V2 runner raises 'UVA is not available' at start without pinned memory",
+            },
+            "1": {"verdict": "works", "level": "predicted", "advice": "nothing to set", "why": "the engine starts"},
+        },
     }
     markdown = render_md.render(report)
     row = next(line for line in markdown.splitlines() if line.startswith("| **CUDA** · WSL2 kernel ≥ 4.19.121 |"))
@@ -296,3 +315,101 @@ def test_a_bad_verdict_rule_is_refused_in_one_line(tmp_path):
     )
     with pytest.raises(MatrixError, match=r"^rule 'z' in verdicts.toml: cells \['cuda-wsl3-\*'\] match no cell"):
         load_verdict_rules(path)
+
+
+def test_a_release_without_the_v1_runner_says_its_v1_cells_do_not_start_and_to_unset_the_variable(tmp_path):
+    # vLLM 0.34.0 as its gate records it: with VLLM_USE_V2_MODEL_RUNNER=0 vLLM refuses (the runner and the engine
+    # config), with it =1 the V2 runner builds as before. The starts rule rests on the engine config, not the import.
+    refused = {("runner", p): "refused" for p in ("unset", "1")} | {
+        ("engine_config", p): "refused" for p in ("unset", "1")
+    }
+    report, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-linux-v1-graph", NATIVE | refused, vllm="0.34.0"),
+        suite(tmp_path, "cuda-linux-v2-graph", NATIVE | {("runner", p): "v2" for p in ("unset", "1")}, vllm="0.34.0"),
+        suite(tmp_path, "cuda-linux-v1-eager", NATIVE | {k: "refused" for k in BUILT}, vllm="0.34.0"),
+    )
+    v1, v2, other = (
+        found[("0.34.0", c)] for c in ("cuda-linux-v1-graph", "cuda-linux-v2-graph", "cuda-linux-v1-eager")
+    )
+    assert {a.verdict for a in v1.values()} == {Verdict.BROKEN}
+    start = v1[Question.ENGINE_START]
+    assert start.unset.rule.id == "v1-runner-removed" and "no V1 model runner" in why(start)
+    for answer in v1.values():
+        assert plain(advice(answer)) == "unset VLLM_USE_V2_MODEL_RUNNER (the V2 runner is the only one)"
+    assert {a.verdict for a in v2.values()} == {Verdict.WORKS}
+    assert v2[Question.ENGINE_START].unset.rule.id == "starts"
+    # Refused for another reason than the runner: broken, and no advice about a runner it does not concern.
+    assert other[Question.ENGINE_START].unset.rule.id == "config-refused"
+    assert plain(advice(other[Question.ENGINE_START])) == "no setting avoids it"
+    # A result that never asked for the engine config (older kits' records) still starts on the import alone.
+    unrecorded = {k: v for k, v in NATIVE.items() if k not in BUILT}
+    _, older = verdicts(tmp_path, suite(tmp_path, "cuda-linux-v1-graph", unrecorded, vllm="0.33.0"))
+    assert older[("0.33.0", "cuda-linux-v1-graph")][Question.ENGINE_START].unset.rule.id == "starts-imported"
+
+
+def test_compat_json_says_per_release_and_stack_which_architectures_get_the_v2_runner(tmp_path):
+    listed = "DeepseekV2ForCausalLM,Qwen2MoeForCausalLM"
+    runners = "listed-dense=v2,listed-moe=v2,unlisted-dense=v2,unlisted-moe=v1"
+    by_arch = {("v2_architectures", "unset"): listed, ("runner_by_architecture", "unset"): runners}
+    moe = '<property name="moe_architectures" value="[&quot;MixtralForCausalLM&quot;]"/>'
+    moe += '<property name="dense_architectures" value="[&quot;LlamaForCausalLM&quot;]"/>'
+    path = suite(tmp_path, "cuda-linux-v1-graph", NATIVE | by_arch, vllm="0.28.0")
+    path.write_text(
+        path.read_text().replace('value="runner_by_architecture"/>', f'value="runner_by_architecture"/>{moe}')
+    )
+    none = {("v2_architectures", "unset"): "none", ("runner_by_architecture", "unset"): "none"}
+    report, _ = verdicts(tmp_path, path, suite(tmp_path, "cuda-linux-v1-graph", NATIVE | none, vllm="0.29.0"))
+    document = json.loads("".join(render_json.chunks(report)))
+    jsonschema.validate(document, SCHEMA)
+    releases = {v["vllm"]: v for v in document["versions"]}
+    assert releases["0.28.0"]["v2_architectures"] == {
+        "cuda": {
+            "listed": ["DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM"],
+            "runner": {"listed-dense": "v2", "listed-moe": "v2", "unlisted-dense": "v2", "unlisted-moe": "v1"},
+            "moe": ["MixtralForCausalLM"],
+            "dense": ["LlamaForCausalLM"],
+        }
+    }
+    assert releases["0.29.0"]["v2_architectures"] is None
+    (release, *_) = [r for r in build_view(report).releases() if r.vllm == "0.28.0"]
+    assert "on CUDA, DeepseekV2ForCausalLM, Qwen2MoeForCausalLM: the V2 runner" in release.default_runners
+    assert "every other architecture: the V2 runner for a dense model and the V1 runner for an MoE model" in (
+        release.default_runners
+    )
+
+
+def test_on_an_old_cuda_kernel_the_advice_is_the_kernel_never_a_runner(tmp_path):
+    # 0.29.0's V2 runner crashes without pinned memory on a new kernel; below 4.19.121 no GPU is there at all, so
+    # what the V2 runner needs is not the answer there: `wsl --update` is, then what the new kernel needs.
+    _, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v2-graph", CUDA_NEW_KERNEL),
+        suite(tmp_path, "cuda-wsl2old-v2-graph", CUDA_OLD_KERNEL),
+    )
+    old = found[("0.29.0", "cuda-wsl2old-v2-graph")]
+    assert {a.verdict for a in old.values()} == {Verdict.NEEDS_WSL_UPDATE}
+    for answer in old.values():
+        assert plain(advice(answer)) == "run wsl --update (kernel ≥ 4.19.121), then set VLLM_WSL2_ENABLE_PIN_MEMORY=1"
+    assert old[Question.OFFLOAD_WITH_GRAPHS].unset.rule.id == "no-gpu"
+    assert "no GPU is there for it" in why(old[Question.PINNED_MEMORY])
+
+
+def test_where_wsl_update_gets_a_slow_run_on_an_old_kernel_the_advice_is_wsl_update(tmp_path):
+    # 0.23.0 reads no variable: on a new kernel eager offload and pinned memory are slow (pageable), not broken.
+    no_variable = {k: v for k, v in CUDA_OLD_KERNEL.items() if k[0] != "v2_buffer"}
+    _, found = verdicts(
+        tmp_path,
+        suite(tmp_path, "cuda-wsl2new-v1-eager", no_variable, vllm="0.23.0"),
+        suite(tmp_path, "cuda-wsl2old-v1-eager", no_variable, vllm="0.23.0"),
+    )
+    new, old = found[("0.23.0", "cuda-wsl2new-v1-eager")], found[("0.23.0", "cuda-wsl2old-v1-eager")]
+    assert new[Question.OFFLOAD_WITH_GRAPHS].verdict is Verdict.SLOW
+    offload = old[Question.OFFLOAD_WITH_GRAPHS]
+    assert offload.verdict is Verdict.BROKEN and plain(advice(offload)) == "run wsl --update (kernel ≥ 4.19.121)"
+    after = "; after wsl --update: offloaded weights are copied from pageable memory every forward"
+    assert why(offload).endswith(after)
+    assert plain(advice(old[Question.PINNED_MEMORY])) == "run wsl --update (kernel ≥ 4.19.121)"
+    # What a user keeping the variable at =1 is told, and where vLLM never reads it: the runs made so.
+    kept = new[Question.OFFLOAD_WITH_GRAPHS].kept_at("1")
+    assert kept is not None and kept.verdict is Verdict.SLOW and not kept.and_opt_in

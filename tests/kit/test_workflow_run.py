@@ -9,6 +9,7 @@ results are faked, written with the kit's own writer as a cell session's split w
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import jsonschema
 import pytest
 import yaml
 from conftest import ROOT, committed_history, run_module
+from package_index import covered, point_pip_at, refusing_url, served, write_index
 
 from matrix.cells import CELLS, Cell, Host, select
 from matrix.envelope import RunInfo
@@ -272,6 +274,53 @@ def test_with_no_runner_kind_online_the_cell_jobs_are_skipped_and_a_kind_the_mat
     assert done.returncode != 0 and outputs == {}
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert "WSLPIN_RUNNER_KINDS names cuda-wsl3, no runner kind of the matrix" in line
+
+
+def releases_step(where: Path, vllm: str = "") -> tuple[subprocess.CompletedProcess, dict, str]:
+    """The plan job's step that asks the package index, as matrix.yml writes it: the gate job's matrix, the summary."""
+    install, _, script = step("plan", "vLLM releases newer")["run"].partition("\n")
+    assert install == REPORT_INSTALL  # done already: this test's Python has what the lock pins (test_workflows)
+    where.mkdir()
+    outputs, summary = where / "step-outputs", where / "step-summary.md"
+    done = bash(
+        script, ROOT, VLLM=vllm, RUNNER_TEMP=str(where), GITHUB_OUTPUT=str(outputs), GITHUB_STEP_SUMMARY=str(summary)
+    )
+    gate = dict(line.split("=", 1) for line in outputs.read_text().splitlines())["gate"] if outputs.exists() else "{}"
+    return done, json.loads(gate), summary.read_text() if summary.exists() else ""
+
+
+def test_a_release_newer_than_the_matrix_is_gated_beside_the_nights_in_an_artifact_the_report_does_not_read(
+    tmp_path, monkeypatch
+):
+    index = write_index(tmp_path / "index", [*covered(), "99.1.0", "99.2.0rc1"])
+    with served(index.parent) as url:
+        point_pip_at(monkeypatch, f"{url}/simple/")
+        done, gate, summary = releases_step(tmp_path / "night")
+        asked, asked_gate, _ = releases_step(tmp_path / "asked", vllm="0.32.0")
+    assert done.returncode == 0, done.stderr
+    assert gate == {
+        "include": [{"vllm": "", "artifact": "junit-gate"}, {"vllm": "99.1.0", "artifact": "new-release-gate-99.1.0"}]
+    }
+    assert summary == "New vLLM releases gated tonight: 99.1.0\n"
+    assert JOBS["gate"]["strategy"]["matrix"] == "${{ fromJson(needs.plan.outputs.gate) }}"
+    for job in ("report", "publish"):
+        (download,) = [s for s in JOBS[job]["steps"] if "download-artifact" in s.get("uses", "")]
+        pattern = download["with"]["pattern"]
+        assert fnmatch.fnmatch("junit-gate", pattern) and not fnmatch.fnmatch("new-release-gate-99.1.0", pattern)
+    # A release asked for by hand is the night's alone.
+    assert asked.returncode == 0, asked.stderr
+    assert asked_gate == {"include": [{"vllm": "0.32.0", "artifact": "junit-gate"}]}
+
+
+def test_with_no_package_index_the_night_gates_its_own_release_and_warns(tmp_path, monkeypatch):
+    point_pip_at(monkeypatch, refusing_url())
+    done, gate, summary = releases_step(tmp_path / "night")
+    assert done.returncode == 0, done.stderr
+    assert gate == {"include": [{"vllm": "", "artifact": "junit-gate"}]}
+    (warning,) = [line for line in done.stdout.splitlines() if line.startswith("::warning ")]
+    assert "no list of vLLM releases" in warning
+    assert done.stderr.splitlines()[-1].startswith("error: the package index gave no list of vllm releases (")
+    assert summary == "New vLLM releases gated tonight: none\n"
 
 
 def test_the_cell_jobs_tools_go_into_a_venv_of_the_jobs_own(tmp_path):
