@@ -18,10 +18,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from matrix.branch import Change, Item, change
 from matrix.cells import Cell
 from matrix.cli import KIT_ROOT
 from matrix.errors import MatrixError
-from matrix.expectations import GATE_KEYS
+from matrix.expectations import GATE_KEYS, expected_values, load_rules
+from matrix.report.render_branch import item_words, value_words
+from matrix.report.status import decided
 from matrix.variables import GATE_PIN_VALUES
 from matrix.vllm_source import describe, lay_over, python_path
 
@@ -162,18 +165,33 @@ def _render_answer(answer: Answer) -> str:
     )
 
 
+def _change(cell: Cell, vllm: str, key: str, pin_env: str, before: str, after: str) -> Change:
+    """What the expectations make of a value's move, as a branch's diff words it (matrix.branch)."""
+    expected = expected_values(load_rules(), cell, vllm, pin_env).get(key)
+    if expected is None:
+        return Change.UNCHANGED
+    was, now = (decided(value, expected.value) == expected.value for value in (before, after))
+    return change(was, now, not was, not now)
+
+
 def render(result: Bisection) -> str:
-    """The first changing commit and what changed, for a terminal."""
+    """The first changing commit and what changed, each value fixed, regressed or unchanged, for a terminal."""
+    cell = result.question.cell
     lines = [
-        f"{result.question.cell}: the gate answer first changed at {result.first.commit} ({result.subject})",
+        f"{cell}: the gate answer first changed at {result.first.commit} ({result.subject})",
         f"  before ({result.good.label}) -> after ({result.first.label}):",
     ]
+    unchanged = 0
     for pin, values in result.first.answer.items():
-        changed = [
-            f"{k} {result.good.answer.get(pin, {}).get(k, '-')} -> {v}"
-            for k, v in values.items()
-            if result.good.answer.get(pin, {}).get(k) != v
-        ]
-        lines.append(f"    pin_env={pin}: " + ("; ".join(changed) if changed else "unchanged"))
+        for key, value in values.items():
+            was = result.good.answer.get(pin, {}).get(key, "-")
+            if was == value:
+                unchanged += 1
+                continue
+            moved = _change(cell, result.first.label, key, pin, was, value)
+            words = f"{item_words(Item(key=key, pin_env=pin))}: {value_words(was)} -> {value_words(value)}"
+            lines.append(f"    {words}  {moved}")
+    if unchanged:
+        lines.append(f"    {unchanged} other value(s) unchanged")
     lines.append(f"{len(result.steps)} commits asked, each laid over this Python's vLLM release, gate-only")
     return "\n".join(lines)

@@ -69,7 +69,9 @@ VOLATILE_SUITE_PROPERTIES = frozenset({"started_at", "kit_commit", "env_hash", "
 # is the machine's load, not the inputs', so it is placed for this run but never stored to be reused.
 TIMED_OUT = "(timeout)"
 
-# Relative to the kit's root: what `nox -s publish` writes and commits, the releases the published matrix holds.
+# Each release's history results for the key this kit gives them, committed (relative to the kit's root): what
+# `nox -s publish` writes, so a fresh clone (CI's) reuses them, the releases the published matrix holds
+# (matrix.release_index), and what a source tree's gate is compared with (matrix.branch).
 COMMITTED_HISTORY = Path("docs/evidence/history.tar.xz")
 CACHE_VARIABLE = "WSLPIN_HISTORY_CACHE"
 MANIFEST = "manifest.json"
