@@ -31,8 +31,8 @@ PACKAGED = Path(__file__).with_name("matrix.json")
 # What each cell keeps: every field ``_cell`` reads.
 _CELL_FIELDS = ("id", "command", "evidence", "verdicts", "status", "issues")
 _VERDICT_FIELDS = ("verdict", "level", "advice", "why", "issues")
-# Kept where the compat.json has them: a matrix made before the report wrote them is still read, without.
-_VERDICT_NEWER_FIELDS = ("outcomes", "kept")
+# What a kept answer says (compat.json's ``kept``), where a matrix has it: one made before is still read, without.
+_KEPT_FIELDS = ("verdict", "level", "advice", "why")
 _RELEASE_NEWER_FIELDS = ("v2_architectures",)
 A = TypeVar("A", bound=Axis)
 REGENERATE = "regenerate it with `nox -s report`, or pass --matrix PATH"
@@ -223,7 +223,8 @@ def _verdict(obj: Any, question: Question, where: str) -> QuestionVerdict:
         said.advice,
         said.why,
         _issues(obj, here),
-        {pin: _kept(answer, f"{here} kept {pin}") for pin, answer in kept.items()},
+        # null: the same answer as the published one (the doctor's part leaves it out: ``doctor_part``).
+        {pin: said if answer is None else _kept(answer, f"{here} kept {pin}") for pin, answer in kept.items()},
     )
 
 
@@ -337,6 +338,17 @@ def read_published(path: Path, name: str) -> Published:
     )
 
 
+def _doctor_verdict(verdict: dict[str, Any]) -> dict[str, Any]:
+    """A verdict as the doctor reads it: a kept answer that is the published one again is null (half of them)."""
+    part = {key: verdict[key] for key in _VERDICT_FIELDS}
+    if "kept" in verdict:
+        part["kept"] = {
+            pin: None if all(answer.get(key) == verdict[key] for key in _KEPT_FIELDS) else answer
+            for pin, answer in verdict["kept"].items()
+        }
+    return part
+
+
 def doctor_part(document: dict[str, Any]) -> dict[str, Any]:
     """Of a compat.json the kit wrote, what the doctor reads: about 3% of it (the cases stay in compat.json)."""
     return {
@@ -353,12 +365,7 @@ def doctor_part(document: dict[str, Any]) -> dict[str, Any]:
                         **{key: cell[key] for key in _CELL_FIELDS if key != "verdicts"},
                         "gpu": _gpu(cell),
                         "verdicts": {
-                            question: {
-                                key: verdict[key]
-                                for key in _VERDICT_FIELDS + _VERDICT_NEWER_FIELDS
-                                if key in _VERDICT_FIELDS or key in verdict
-                            }
-                            for question, verdict in cell["verdicts"].items()
+                            question: _doctor_verdict(verdict) for question, verdict in cell["verdicts"].items()
                         },
                     }
                     for cell in version["cells"]

@@ -177,14 +177,14 @@ class Report:
         """
         said: dict[str, dict[str, str]] = {}  # stack -> fact -> what the first case stating it said
         for cell in self.versions[vllm]:
-            stack = said.setdefault(cell.cell.stack.value, {})
+            facts = said.setdefault(cell.cell.stack.value, {})
             for case in (*cell.cases, *(c for cases in cell.superseded.values() for c in cases)):
                 decision = case.facts.decision_under_the_cells_host
                 if decision is not None and decision.key in (V2_ARCHITECTURES, RUNNER_BY_ARCHITECTURE):
-                    stack.setdefault(decision.key, decision.observed)
+                    facts.setdefault(decision.key, decision.observed)
                 for kind in ("moe", "dense"):
                     if f"{kind}_architectures" in case.properties:
-                        stack.setdefault(kind, case.properties[f"{kind}_architectures"])
+                        facts.setdefault(kind, case.properties[f"{kind}_architectures"])
         found: dict[str, dict] = {}
         for stack, facts in said.items():
             listed, runners = facts.get(V2_ARCHITECTURES, "none"), facts.get(RUNNER_BY_ARCHITECTURE, "none")
