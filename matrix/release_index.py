@@ -16,13 +16,13 @@ and with ``--with-new-releases`` the index's newer ones too: a new release needs
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -88,8 +88,19 @@ def newer(releases: Iterable[str], than: str | None) -> tuple[str, ...]:
     return tuple(v for v in releases if than is None or Version(v) > Version(than))
 
 
+def has_pip() -> bool:
+    """Whether this Python has pip installed, asked of its metadata: ``find_spec("pip")`` would pass through
+    setuptools' distutils shim, which takes any look-up of pip for pip's own start and turns itself off for the
+    rest of the process (a vLLM child forked from it then fails importing setuptools)."""
+    try:
+        metadata.distribution("pip")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def _pip() -> list[str]:
-    if importlib.util.find_spec("pip") is not None:
+    if has_pip():
         return [sys.executable, "-m", "pip"]
     uv = shutil.which("uv")
     if uv is not None:

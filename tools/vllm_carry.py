@@ -1,7 +1,7 @@
 """vLLM for the lent GPU machine, cut into chunks that travel one per device call (docs/device-run.md).
 
     python3 tools/vllm_carry.py prepare OUT [--vllm X.Y.Z | --wheel FILE] [--extra FILE] [--extra-wheels DIR]
-                                [--python-version 3.12] [--chunk-mib 45] [--cache DIR]
+                                [--python-version 3.12] [--chunk-mib 40] [--cache DIR]
 
 The lent machine has the torch that vLLM 0.26.0 pins, but no vLLM and no package index; a call carries at
 most 64 MiB, and the machine forgets its temporary files after 30 s idle. ``prepare`` takes a vLLM wheel
@@ -53,7 +53,7 @@ INSTALL_SCRIPT = HERE / "vllm_carry_install.sh"
 PYTHON_VERSION = "3.12"  # the lent machine's
 MIB = 1 << 20
 # A piece's bound. repro/gpu_run.py's CHUNK_LIMIT is this and room for the small files beside the piece.
-CHUNK_MIB = 45.0
+CHUNK_MIB = 40.0
 # What one device call carries, the kit's tree included, and what a chunk adds to its piece at most.
 CALL_BYTES = 64 * MIB
 CHUNK_FILES_BYTES = 64 << 10

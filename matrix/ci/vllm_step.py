@@ -33,10 +33,13 @@ GATE_SOURCES = (
     "vllm/engine/arg_utils.py",  # EngineArgs: the reproduction's arguments become the engine config
     "vllm/v1/worker/gpu/buffer_utils.py",  # the V2 runner's UVA buffers and their fallback
     "vllm/v1/worker/gpu/model_runner.py",  # whether the V2 runner installs the CPU-weight offloader
+    "vllm/v1/worker/gpu_model_runner.py",  # the V1 runner: a release without it runs V2 alone (0.34.0)
     "vllm/model_executor/offloader/",  # the CPU-weight offloader's path (UVA, pinned or pageable copies)
     "vllm/model_executor/model_loader/",  # what loads the weights imports under the cell's host
     "vllm/tokenizers/",  # the tiny model's tokenizer, through vLLM (newer releases)
     "vllm/transformers_utils/tokenizer.py",  # the same (older releases)
+    "vllm/transformers_utils/__init__.py",  # the package of the architecture-config convertor
+    "vllm/transformers_utils/model_arch_config_convertor.py",  # which architectures vLLM reads as MoE
     "vllm/third_party/pynvml.py",  # the NVML the stand-in GPU answers for
 )
 

@@ -10,7 +10,6 @@ import contextlib
 import ensurepip
 import functools
 import http.server
-import importlib.util
 import os
 import socket
 import subprocess
@@ -64,7 +63,7 @@ def refusing_url() -> str:
 def pip_path() -> str:
     """What puts the real pip in this Python's reach: nothing where it has its own, else ensurepip's bundled wheel
     (the tests' venv is uv's, which has no pip; pip runs from its wheel as get-pip runs it)."""
-    if importlib.util.find_spec("pip") is not None:
+    if release_index.has_pip():
         return ""
     wheels = sorted((Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"))
     if not wheels:

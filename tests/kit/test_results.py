@@ -77,7 +77,7 @@ def test_summary_prints_the_table(results):
     assert done.returncode == 0, done.stderr
     header, rule, row = done.stdout.splitlines()[:3]
     assert header.split()[:2] == ["cell", "execution"]
-    assert row.split()[:7] == [CELL, "gate-only", "36", "0", "13", "18", "on"]
+    assert row.split()[:7] == [CELL, "gate-only", "38", "0", "13", "18", "on"]
 
 
 @pytest.mark.reads_host
