@@ -241,18 +241,27 @@ def cmd_import_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
-    from matrix.bundle import ISSUE_FORM, make
+    from matrix.bundle import issue_form_url, make, predicted_cells
+    from matrix.files import write_file
 
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise MatrixError(f"--out {out} is a file: give the directory the bundle is written into")
     bundle = make(Path(args.results), args.vllm)
     stamp = bundle.created_at[:19].replace(":", "").replace("-", "")
-    out = Path(args.out) / f"wslpin-bundle-{bundle.vllm}-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(bundle.to_json(), encoding="utf-8")
+    # Whole or not at all: a full disk or a read-only folder is one line, and leaves no part of a bundle.
+    written = write_file(out, f"wslpin-bundle-{bundle.vllm}-{stamp}.json", bundle.to_json().encode())
     cells = ", ".join(c.cell for c in bundle.cells)
-    print(f"wrote {out}: vLLM {bundle.vllm}, kit {bundle.kit_commit}, {len(bundle.cells)} cell(s): {cells}")
+    print(f"wrote {written}: vLLM {bundle.vllm}, kit {bundle.kit_commit}, {len(bundle.cells)} cell(s): {cells}")
     print("every text in it was scrubbed of credentials and home directories; read it before you send it")
-    print(f'send it: open a new issue on the kit\'s repository with the form "Community result" ({ISSUE_FORM})')
-    print("and attach the file")
+    if predicted := predicted_cells(bundle):
+        print(
+            f"warning: {', '.join(predicted)} ran gate-only (vLLM's decisions, no GPU): the kit keeps a bundle only "
+            "where a GPU ran the reproduction; run the cell where vLLM's GPU build and the GPU are, then bundle again"
+        )
+    print(
+        f"send it: open {issue_form_url()} and attach the file (it is shown as your own run, not verified by the kit)"
+    )
     return 0
 
 

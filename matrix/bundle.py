@@ -47,6 +47,7 @@ KIT = Path(__file__).resolve().parents[1]
 # Far above a bundle of 24 cells (about 30 KB of JUnit and 10 KB of record each).
 BUNDLE_LIMIT = 8 << 20
 ISSUE_FORM = ".github/ISSUE_TEMPLATE/community-result.yml"
+ISSUE_LABEL = "community-result"  # the form's own label, as it sets it
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 
@@ -136,6 +137,28 @@ def _scrubbed(root: Element, homes: tuple[str, ...]) -> str:
     return tostring(root, encoding="unicode")
 
 
+def predicted_cells(bundle: Bundle) -> list[str]:
+    """The cells of ``bundle`` that ran gate-only: vLLM's decisions on a machine without a GPU, which intake
+    never keeps at a GPU's level."""
+    predicted = []
+    for bundled in bundle.cells:
+        (suite,), _ = suites(parse(io.BytesIO(bundled.junit.encode())))
+        if Envelope.from_properties(suite.props).execution is Execution.GATE_ONLY:
+            predicted.append(bundled.cell)
+    return predicted
+
+
+def issue_form_url(kit: Path = KIT) -> str:
+    """The address of the issue form, prefilled, on the repository the kit was cloned from (its ``origin``);
+    the form's path in the repository where it has none."""
+    done = subprocess.run(["git", "-C", str(kit), "remote", "get-url", "origin"], capture_output=True, text=True)
+    remote = done.stdout.strip() if done.returncode == 0 else ""
+    if found := re.fullmatch(r"(?:https://|ssh://git@|git@)(github\.com)[/:]([\w.-]+/[\w.-]+?)(?:\.git)?/?", remote):
+        host, repository = found.groups()
+        return f"https://{host}/{repository}/issues/new?template={Path(ISSUE_FORM).name}&labels={ISSUE_LABEL}"
+    return f'a new issue on the kit\'s repository with the form "Community result" ({ISSUE_FORM})'
+
+
 def load(path: Path) -> Bundle:
     """The bundle at ``path`` if it is one and each file matches its hash; else MatrixError saying why."""
     try:
@@ -170,8 +193,10 @@ def _held(item: dict, part: str) -> str:
 def check(bundle: Bundle, kit: Path) -> Checked:
     """``bundle``'s cells, each one as its own files say it ran; MatrixError (one line) for the first that is not,
     or for a kit commit that is not one of the kit's repository at ``kit``."""
-    if not _COMMIT.fullmatch(bundle.kit_commit) or not _is_commit(kit, bundle.kit_commit):
-        raise MatrixError(f"names kit commit {bundle.kit_commit!r}, which is not a commit of this kit's repository")
+    if not _COMMIT.fullmatch(bundle.kit_commit) or not _makes_bundles(kit, bundle.kit_commit):
+        raise MatrixError(
+            f"names kit commit {bundle.kit_commit!r}, which is not a commit of this kit's history that makes bundles"
+        )
     return Checked(bundle, tuple(_checked_cell(bundle, bundled) for bundled in bundle.cells))
 
 
@@ -207,8 +232,11 @@ def _checked_cell(bundle: Bundle, bundled: BundledCell) -> tuple[Envelope, list[
     return envelope, suite.cases
 
 
-def _is_commit(kit: Path, commit: str) -> bool:
-    done = subprocess.run(
-        ["git", "-C", str(kit), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True, check=False
-    )
-    return done.returncode == 0
+def _makes_bundles(kit: Path, commit: str) -> bool:
+    """Whether ``commit`` is in the history of the kit's checked-out branch and has this module: any other
+    object of the repository (a commit of another branch, the root commit, a tree) could not have made it."""
+
+    def git(*args: str) -> bool:
+        return subprocess.run(["git", "-C", str(kit), *args], capture_output=True, check=False).returncode == 0
+
+    return git("merge-base", "--is-ancestor", commit, "HEAD") and git("cat-file", "-e", f"{commit}:matrix/bundle.py")

@@ -6,11 +6,19 @@ the offline GPU run, a maintainer's container run. Those are kept here, by vLLM 
 as ``<store>/<vLLM>/<cell>/<source>/<date>-<execution>-<digest>.xml``: the cell's suite from that run,
 normalized (its envelope, and each case's name, properties, outcome and message, nothing else), named by
 the digest of its result (``identity``: all of it but when it ran and how long it took), so the same run
-added twice is kept once, and so is a set-up that answers the same night after night: the store grows when
-a result changes, not by a night. Records are only ever added: a night that brings less than the one before
-takes nothing away. ``publish``, the report the nightly workflow
-deploys and, through the published matrix, the doctor all read the whole store beside the history; per
-cell the strongest result wins (``matrix.plan.Execution.strength``) and the report says where it came from.
+added twice is kept once. Each night is an event: a result equal to the newest record of its cell and source
+is a *seen again* entry beside that record (``<date>-<execution>-<digest>.seen``, holding when it ran), not a
+copy; one that differs from the newest, even if it equals an older one (a regression come back), is a new
+record with its own date. Records are only ever added: a night that brings less takes nothing away.
+
+Intake believes only what it can check. A result is kept at a GPU's level only where its own environment
+record says a GPU ran it (``gpu_evidence_missing``); a release name must be a final release the kit covers
+or the package index lists; a start time in the future, or before the matrix's first release, is refused.
+On every read (``verified``) a record must match the name and folder it is kept under.
+
+``publish``, the report the nightly workflow deploys and, through the published matrix, the doctor all read
+the whole store beside the history; per cell the strongest result wins (``matrix.plan.Execution.strength``)
+and the report says where it came from.
 
 Predictions are not kept (the history owns them), nor a misrouted runner's cells (no answer of vLLM's),
 nor a run that names no release; each is said, with every file that was not kept and why.
@@ -23,21 +31,39 @@ import enum
 import hashlib
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from xml.etree.ElementTree import Element
 
+from packaging.version import InvalidVersion, Version
+
+from matrix.bounded_json import parse as parse_json
 from matrix.bundle import KIT, check, load
+from matrix.cells import Stack
 from matrix.envelope import Envelope
 from matrix.errors import MatrixError
-from matrix.expectations import release_version
-from matrix.files import write_file
-from matrix.history_cache import VOLATILE_CASE_PROPERTIES
+from matrix.files import InputFileError, read_input, write_file
+from matrix.groups import GROUP_TESTS
+from matrix.history_cache import COMMITTED_HISTORY, VOLATILE_CASE_PROPERTIES
+from matrix.host.record import EnvironmentRecord
 from matrix.junit import properties, record_file
 from matrix.layout import ENGINE_BENCH_SUFFIX, ENGINE_BENCHES, PROBES
 from matrix.plan import Execution
+from matrix.release_index import index_releases, known
 from matrix.report.claims import Claims
-from matrix.report.reading import InputError, UnreadableError, expand, outcome, parse, suites
+from matrix.report.reading import (
+    SKIPPED,
+    XFAIL,
+    InputError,
+    Problem,
+    UnreadableError,
+    expand,
+    outcome,
+    parse,
+    run_order,
+    suites,
+)
 from matrix.report.visible import visible
 
 
@@ -82,16 +108,26 @@ def origin(path: str, store: Path) -> Source | None:
         return None
 
 
-def add(inputs: list[str], store: Path, source: Source, claims: Claims | None = None) -> Added:
+def add(
+    inputs: list[str],
+    store: Path,
+    source: Source,
+    claims: Claims | None = None,
+    now: dt.datetime | None = None,
+    releases: Callable[[], Iterable[str]] = index_releases,
+) -> Added:
     """Each cell suite in ``inputs`` (JUnit files, directories, globs) that is a GPU's answer, kept in ``store``.
 
     ``claims`` (a night's plan): a native or emulated suite counts only from the artifact of the runner its
-    cell was given to, as in the report; anything else is not kept, and said.
+    cell was given to, as in the report; anything else is not kept, and said. A runner's suite counts only
+    where the environment record the split wrote beside it (``<cell>.env.json``) says a GPU ran it.
+    ``releases``: the package index's list, asked only for a release the kit does not cover.
     """
     try:
         files, refused = expand(inputs)
     except InputError as exc:
         raise MatrixError(str(exc)) from None
+    intake = _Intake(store, now or dt.datetime.now(dt.UTC), releases)
     added = Added(not_kept=[NotKept(p.path, "", p.reason) for p in refused])
     for path in files:
         try:
@@ -103,15 +139,69 @@ def add(inputs: list[str], store: Path, source: Source, claims: Claims | None = 
         if stray or not found:
             added.not_kept.append(NotKept(path, "", "testcases outside any cell's suite" if stray else "no suite"))
         for suite in found:
-            _keep(path, suite.props, suite.cases, store, source, claims, added)
+            _keep(path, suite.props, suite.cases, intake, source, claims, added)
     return added
+
+
+@dataclass
+class _Intake:
+    """What every record of one ``add`` is checked against: the store, the time now, and the releases."""
+
+    store: Path
+    now: dt.datetime
+    index: Callable[[], Iterable[str]]
+    _listed: frozenset[str] | None = None
+
+    def not_a_release(self, vllm: str) -> str:
+        """Why ``vllm`` is no release a record may be kept under, or empty: a final release (no dev, local,
+        post, pre or epoch part, written as PEP 440 writes it) that the kit covers or the index lists."""
+        try:
+            version = Version(vllm)
+        except InvalidVersion:
+            return f"names no vLLM release ({vllm!r})"
+        if str(version) != vllm or version.epoch or version.pre or version.post or version.dev or version.local:
+            return f"names vLLM {vllm!r}, not a final release (a source build or a pre-release is no release)"
+        if vllm in known(KIT / COMMITTED_HISTORY) or vllm in self.listed():
+            return ""
+        return (
+            f"names vLLM {vllm}, which the kit does not cover and the package index does not list: gate it first "
+            "(nox -s history -- --with-new-releases), then add it again"
+        )
+
+    def listed(self) -> frozenset[str]:
+        if self._listed is None:
+            try:
+                self._listed = frozenset(self.index())
+            except MatrixError:
+                self._listed = frozenset()
+        return self._listed
+
+    def not_dated(self, started_at: str) -> str:
+        """Why ``started_at`` cannot date a night, or empty: a time that cannot be read, one in the future
+        (which would pin a cell's answer for ever), or one before the matrix's first release."""
+        try:
+            started = dt.datetime.fromisoformat(started_at)
+        except (TypeError, ValueError):
+            return f"its start time {started_at!r} cannot be read: a night is kept with its date"
+        started = started if started.tzinfo else started.replace(tzinfo=dt.UTC)
+        if started > self.now + CLOCK_SKEW:
+            return f"its start time {started_at} is in the future"
+        if started < EARLIEST:
+            return f"its start time {started_at} is before the matrix's first release"
+        return ""
+
+
+# A runner's clock may run a little ahead of the machine that takes its results in.
+CLOCK_SKEW = dt.timedelta(days=1)
+# vLLM 0.23.0, the oldest release the matrix covers, is from 2025: no result can be older.
+EARLIEST = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
 def _keep(
     path: str,
     props: dict[str, str],
     cases: list[Element],
-    store: Path,
+    intake: _Intake,
     source: Source,
     claims: Claims | None,
     added: Added,
@@ -121,29 +211,109 @@ def _keep(
     except MatrixError as exc:
         added.not_kept.append(NotKept(path, props.get("cell_id", ""), f"no cell envelope: {exc}"))
         return
-    why_not = _why_not_kept(path, envelope, len(cases), claims)
+    why_not = _why_not_kept(path, envelope, len(cases), claims, intake)
+    if not why_not and source is Source.RUNNER:
+        try:
+            why_not = gpu_evidence_missing(_record_beside(Path(path), envelope), envelope, cases)
+        except MatrixError as exc:
+            why_not = str(exc)
     if why_not:
         added.not_kept.append(NotKept(path, envelope.cell.id, why_not))
         return
-    _put(store, source, envelope, cases, added)
+    _put(intake.store, source, envelope, cases, added)
 
 
-def add_bundles(bundles: list[Path], store: Path, kit: Path = KIT) -> Added:
+def _record_beside(path: Path, envelope: Envelope) -> EnvironmentRecord:
+    """The environment record a cell session's split wrote beside the cell's JUnit file; MatrixError if none."""
+    where = path.with_name(f"{envelope.cell.id}.env.json")
+    try:
+        return EnvironmentRecord.from_json(
+            parse_json(read_input(where)), f"its {where.name}", "made again by the session"
+        )
+    except InputFileError as exc:
+        raise MatrixError(
+            f"its environment record {where.name} (as the cell session's split writes it) {exc}"
+        ) from None
+
+
+# The kit's own stand-in for nvidia-smi (tests/stand-in-gpu/): it answers for an H200 on any machine.
+STAND_IN_GPU = "stand-in-gpu/"
+# The reproduction's test module: its cases run vLLM's engine and the offload on the GPU; the gate's need none.
+_ON_A_GPU = GROUP_TESTS["repro"][0].removesuffix(".py").replace("/", ".")
+_GPU_TOOLS = {Stack.CUDA: ("nvidia-smi",), Stack.ROCM: ("amd-smi", "rocm-smi")}
+_BACKEND = {Stack.CUDA: "cuda", Stack.ROCM: "hip"}
+
+
+def gpu_evidence_missing(record: EnvironmentRecord, envelope: Envelope, cases: list[Element]) -> str:
+    """The first fact a GPU's result must have that its own environment record lacks, or empty.
+
+    A result counts at a GPU's level (native, emulated) only where the record it ran under says a GPU ran it:
+    vLLM installed at the release its results name, a torch with the stack's backend, a GPU tool that is not
+    the kit's stand-in, a case of the reproduction that ran (not only the gate's, which need no GPU), and on a
+    native WSL2 claim, WSL's GPU device. A machine with none of these makes gate cases that look like any other.
+    """
+    data, stack = record.data, envelope.cell.stack
+    if record.env_hash != envelope.env_hash:
+        return f"its environment record is {record.env_hash or 'unhashed'}, not the {envelope.env_hash} it names"
+    vllm = _at(data, "packages", "vllm", "version")
+    if vllm != envelope.vllm_version:
+        had = f"vLLM {vllm}" if vllm else "no vLLM"
+        return f"its environment record has {had} installed, not {envelope.vllm_version}"
+    if not _at(data, "packages", "torch", _BACKEND[stack]):
+        return f"its environment record has no torch with {stack.value}'s backend"
+    tools = [str(_at(data, "gpu", "tools", tool) or "") for tool in _GPU_TOOLS[stack]]
+    if not any(tools):
+        return f"its environment record names no GPU tool ({', '.join(_GPU_TOOLS[stack])})"
+    if any(STAND_IN_GPU in tool for tool in tools):
+        return "its GPU tool is the kit's stand-in (tests/stand-in-gpu), which answers for a GPU on any machine"
+    if envelope.execution is Execution.NATIVE and envelope.cell.host.is_wsl:
+        if _at(data, "wsl", "is_wsl") is not True or _at(data, "gpu", "dev_dxg") is not True:
+            return "a native WSL2 result whose environment record shows no WSL2 with its GPU device (/dev/dxg)"
+    if not any(case.get("classname", "") == _ON_A_GPU and outcome(case)[0] not in (SKIPPED, XFAIL) for case in cases):
+        return "only gate cases ran (no case of the reproduction), which need no GPU: a prediction, not a GPU's answer"
+    return ""
+
+
+def _at(data: object, *path: str) -> object:
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def add_bundles(bundles: list[Path], store: Path, kit: Path = KIT, now: dt.datetime | None = None) -> Added:
     """Each cell of each bundle (matrix.bundle) kept in ``store`` as a user's own (Source.COMMUNITY), once; a
-    bundle that is not one, or that its own files or the kit's repository at ``kit`` contradict, kept not at
-    all, with the reason."""
+    bundle that is not one, that its own files or the kit's repository at ``kit`` contradict, that names one of
+    the kit's own runners, or whose environment records do not show a GPU ran it, kept not at all, with the
+    reason. The index is never asked for a user's release: it must be one the kit covers."""
+    intake = _Intake(store, now or dt.datetime.now(dt.UTC), lambda: ())
+    ours = _runner_names(store)
     added = Added()
     for path in bundles:
         try:
             checked = check(load(path), kit)
-            if problem := _not_a_release(checked.bundle.vllm):
+            if problem := intake.not_a_release(checked.bundle.vllm):
                 raise MatrixError(problem)
+            for (envelope, cases), bundled in zip(checked.suites, checked.bundle.cells, strict=True):
+                record = EnvironmentRecord(parse_json(bundled.env.encode()))
+                if envelope.runner_name in ours:
+                    raise MatrixError(f"{bundled.cell} names {envelope.runner_name!r}, one of the kit's own runners")
+                if problem := intake.not_dated(envelope.started_at) or gpu_evidence_missing(record, envelope, cases):
+                    raise MatrixError(f"{bundled.cell}: {problem}")
         except MatrixError as exc:
             added.not_kept.append(NotKept(str(path), "", f"refused: {exc}"))
             continue
         for envelope, cases in checked.suites:
             _put(store, Source.COMMUNITY, envelope, cases, added)
     return added
+
+
+def _runner_names(store: Path) -> frozenset[str]:
+    """The runners whose results the kit itself keeps (a runner's nights, a maintainer's runs)."""
+    return frozenset(
+        record.envelope.runner_name
+        for record in verified(store)[0]
+        if record.source is not Source.COMMUNITY and record.envelope.runner_name
+    )
 
 
 def add_probes(inputs: list[str], store: Path, source: Source) -> Added:
@@ -214,16 +384,36 @@ def _keep_record(path: Path, why_not: str, folder: Path, named: str, added: Adde
 
 
 def _put(store: Path, source: Source, envelope: Envelope, cases: list[Element], added: Added) -> None:
-    cell = envelope.cell.id
+    """Keep one night's result of a cell from ``source``: a new record where it differs from that source's
+    newest, else a *seen again* entry beside the newest (the same run added twice is kept once)."""
     digest = identity(envelope, cases)
-    folder = store / envelope.vllm_version / cell
-    present = sorted(folder.glob(f"*/*-{digest}.xml"))
-    if present:
-        added.already.append(present[0])
-        return
+    folder = store / envelope.vllm_version / envelope.cell.id / source.value
     execution = envelope.execution.value if envelope.execution else ""
-    name = f"{_date(envelope.started_at)}-{execution}-{digest}.xml"
-    added.new.append(write_file(folder / source.value, name, record_file(envelope, cases)))
+    dated = f"{_date(envelope.started_at)}-{execution}-{digest}"
+    kept = [*sorted(folder.glob(f"*-{digest}.xml")), *sorted(folder.glob(f"*-{digest}.seen"))]
+    if any(_started(path) == envelope.started_at for path in kept):
+        added.already.append(kept[0])
+        return
+    newest = max(folder.glob("*.xml"), key=_started_order, default=None) if folder.is_dir() else None
+    if newest is not None and newest.name.endswith(f"-{digest}.xml"):
+        added.already.append(write_file(folder, f"{dated}.seen", f"{envelope.started_at}\n".encode()))
+        return
+    added.new.append(write_file(folder, f"{dated}.xml", record_file(envelope, cases)))
+
+
+def _started(path: Path) -> str:
+    """When the night of a record or a seen-again entry started, as its envelope (or the entry) says."""
+    try:
+        if path.suffix == ".seen":
+            return read_input(path, 256).decode().strip()
+        (suite,), _ = suites(parse(path))
+        return suite.props.get("started_at", "")
+    except (InputFileError, UnreadableError, UnicodeDecodeError, ValueError):
+        return ""
+
+
+def _started_order(path: Path) -> tuple[int, float, str]:
+    return run_order(_started(path))
 
 
 # What differs between two runs that gave the same result: when they ran, with which commit of the kit (one that
@@ -249,7 +439,7 @@ def identity(envelope: Envelope, cases: list[Element]) -> str:
     return hashlib.sha256(json.dumps(said, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _why_not_kept(path: str, envelope: Envelope, testcases: int, claims: Claims | None) -> str:
+def _why_not_kept(path: str, envelope: Envelope, testcases: int, claims: Claims | None, intake: _Intake) -> str:
     execution = envelope.execution
     if execution is None:
         return "no execution in its envelope"
@@ -257,7 +447,7 @@ def _why_not_kept(path: str, envelope: Envelope, testcases: int, claims: Claims 
         return "a prediction (gate-only): the history keeps those"
     if execution is Execution.MISROUTED:
         return "a misrouted runner's cell: no answer of vLLM's"
-    if problem := _not_a_release(envelope.vllm_version):
+    if problem := intake.not_a_release(envelope.vllm_version) or intake.not_dated(envelope.started_at):
         return problem
     if envelope.contradiction:
         return f"its envelope contradicts itself: {envelope.contradiction}"
@@ -269,11 +459,42 @@ def _why_not_kept(path: str, envelope: Envelope, testcases: int, claims: Claims 
     return ""
 
 
-def _not_a_release(vllm: str) -> str:
-    """Why ``vllm`` cannot name a release's directory of the store (it becomes one), or empty."""
-    if release_version(vllm) is None or not re.fullmatch(r"[0-9A-Za-z.+!-]+", vllm):
-        return f"names no vLLM release ({vllm!r})"
-    return ""
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record of the store as read back: where it is kept, who brought it, and the envelope it holds."""
+
+    path: Path
+    source: Source
+    envelope: Envelope
+
+
+def verified(store: Path) -> tuple[list[Record], list[Problem]]:
+    """Every record of ``store`` whose content matches its name and folder, and every other file laid out as a
+    record, with why it is not believed: a record added by hand (a pull request can add one) is read only
+    where it is what the store would have written for its content."""
+    records: list[Record] = []
+    refused: list[Problem] = []
+    for path in sorted(store.rglob("*.xml")) if store.is_dir() else []:
+        if origin(str(path), store) is None:
+            refused.append(Problem(str(path), "in the store but not laid out as its records are: not read"))
+            continue
+        try:
+            found, stray = suites(parse(path))
+            if stray or len(found) != 1:
+                raise MatrixError("it is not one cell's suite")
+            (suite,) = found
+            envelope = Envelope.from_properties(suite.props)
+        except (UnreadableError, MatrixError) as exc:
+            refused.append(Problem(str(path), f"a store record that cannot be read: {exc}"))
+            continue
+        vllm, cell, source = path.relative_to(store).parts[:3]
+        execution = envelope.execution.value if envelope.execution else ""
+        named = f"-{execution}-{identity(envelope, suite.cases)}.xml"
+        if (envelope.vllm_version, envelope.cell.id) != (vllm, cell) or not path.name.endswith(named):
+            refused.append(Problem(str(path), "a store record whose content is not what its name and folder say"))
+            continue
+        records.append(Record(path, Source(source), envelope))
+    return records, refused
 
 
 def _date(started_at: str) -> str:

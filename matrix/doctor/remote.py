@@ -2,14 +2,20 @@
 
 The URL is a person's own choice (the published Pages site, a runner's report), so redirects are followed as
 urllib does, but nothing it sends is trusted: no more than ``LIMIT`` bytes are read, whatever its headers say,
-and no read waits longer than ``TIMEOUT``. What arrives is then read as any other ``--matrix`` file.
+no read waits longer than ``TIMEOUT``, and the whole transfer (connecting, the headers, the body) ends within
+``DEADLINE``: a server that sends a byte every second would otherwise hold the doctor for as long as the file lasts.
+An answer that is not HTTP is one line, as any other failure. What arrives is read as any other ``--matrix`` file.
 """
 
 from __future__ import annotations
 
+import http.client
+import queue
 import socket
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from matrix.errors import MatrixError
 
@@ -17,6 +23,8 @@ MIB = 1 << 20
 # The published compat.json of 13 releases is 9 MiB and each release adds under 1 MiB.
 LIMIT = 32 * MIB
 TIMEOUT = 20.0
+# The 9 MiB matrix over a slow link (1 Mbit/s) takes about 75 s.
+DEADLINE = 120.0
 _SCHEMES = ("http://", "https://")
 
 
@@ -28,13 +36,36 @@ class FetchError(ValueError):
     """What went wrong, in a few words: the caller's line names the URL."""
 
 
-def fetch(url: str, limit: int = LIMIT, timeout: float = TIMEOUT) -> bytes:
-    """The body at ``url``, at most ``limit`` bytes, each read within ``timeout`` seconds; MatrixError otherwise."""
+def fetch(url: str, limit: int = LIMIT, timeout: float = TIMEOUT, deadline: float = DEADLINE) -> bytes:
+    """The body at ``url``, at most ``limit`` bytes, each read within ``timeout`` seconds and all of it within
+    ``deadline``; MatrixError otherwise."""
     again = "give a compat.json's URL (the published site's compat.json), or download it and pass its path"
     try:
-        return _read(url, limit, timeout)
+        return _within(deadline, lambda: _read(url, limit, timeout))
     except FetchError as exc:
         raise MatrixError(f"--matrix {url}: {exc}: {again}") from None
+
+
+def _within(deadline: float, read: Callable[[], bytes]) -> bytes:
+    """What ``read`` returns or raises, if it ends within ``deadline`` seconds; else FetchError. The reader left
+    behind is a daemon thread: the doctor ends at once with the error, and the connection with it."""
+    done: queue.Queue[tuple[bytes, None] | tuple[None, BaseException]] = queue.Queue(maxsize=1)
+
+    def run() -> None:
+        try:
+            done.put((read(), None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
+            done.put((None, exc))
+
+    threading.Thread(target=run, name="wslpin-doctor-fetch", daemon=True).start()
+    try:
+        body, error = done.get(timeout=deadline)
+    except queue.Empty:
+        raise FetchError(f"the whole answer did not arrive within {deadline:g} s") from None
+    if error is not None:
+        raise error
+    assert body is not None
+    return body
 
 
 def _read(url: str, limit: int, timeout: float) -> bytes:
@@ -50,6 +81,10 @@ def _read(url: str, limit: int, timeout: float) -> bytes:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
+            announced = response.headers.get("Content-Length", "")
+            # http.client hands back a body cut short as if it were whole: a matrix cut short is none.
+            if announced.isdigit() and size < int(announced) <= limit:
+                raise FetchError(f"it ended after {size} of the {announced} bytes it announced")
     except urllib.error.HTTPError as exc:
         raise FetchError(f"the server answered {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
@@ -59,6 +94,8 @@ def _read(url: str, limit: int, timeout: float) -> bytes:
         raise FetchError(f"cannot be reached ({reason})") from None
     except (socket.timeout, TimeoutError):
         raise FetchError(f"no answer within {timeout:g} s") from None
+    except http.client.HTTPException as exc:  # not HTTP: a status line, a header or a length it cannot read
+        raise FetchError(f"did not answer in HTTP ({type(exc).__name__}: {str(exc)[:80]!r})") from None
     except (OSError, ValueError) as exc:  # a connection reset, a malformed URL or response
         raise FetchError(f"cannot be read ({exc})") from None
     if size > limit:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from matrix.cells import Host, Mode, ModelClass, Runner, Stack
 from matrix.errors import MatrixError
-from matrix.evidence import Source, origin
+from matrix.evidence import Source, origin, verified
 from matrix.expectations import (
     RUNNER_BY_ARCHITECTURE,
     V2_ARCHITECTURES,
@@ -28,7 +28,7 @@ from matrix.report.bench import BenchSummary, latest_per_cell
 from matrix.report.claims import Claims
 from matrix.report.engine_bench import EngineBench, read_engine_bench
 from matrix.report.json_input import PROBE, read_json_input
-from matrix.report.reading import Inputs, read_inputs
+from matrix.report.reading import Inputs, Problem, read_inputs
 from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
 from matrix.variables import UNSET
 from matrix.verdicts import (
@@ -408,9 +408,16 @@ def load_engine_benches(directory: str | None) -> list[EngineBench]:
     return [read_engine_bench(path) for path in sorted(Path(directory).rglob(f"*{ENGINE_BENCH_SUFFIX}"))]
 
 
-def _records(stores: tuple[Path, ...]) -> list[str]:
-    """The stores that hold records (an input directory without one is an error; an empty store is not)."""
-    return [str(store) for store in stores if any(store.rglob("*.xml"))]
+def _records(stores: tuple[Path, ...]) -> tuple[list[str], list[Problem]]:
+    """The records of the stores that match their names and folders, and the files that do not (an empty store
+    is no error, as an input directory without a JUnit file is)."""
+    paths: list[str] = []
+    refused: list[Problem] = []
+    for store in stores:
+        records, bad = verified(store)
+        paths += [str(record.path) for record in records]
+        refused += bad
+    return paths, refused
 
 
 def _origin(path: str, stores: tuple[Path, ...]) -> Source | None:
@@ -453,7 +460,9 @@ def build_report(
     gc.disable()
     try:
         # A user's bundle is its own evidence, never merged with the kit's runs of the same cell.
-        read = read_inputs([*inputs, *_records(stores)], claims, lambda path: _origin(path, stores) is Source.COMMUNITY)
+        records, refused = _records(stores)
+        read = read_inputs([*inputs, *records], claims, lambda path: _origin(path, stores) is Source.COMMUNITY)
+        read.unreadable += refused
         releases = {vllm for vllm, _, _ in read.groups}
         if len(releases) > MAX_RELEASES:
             raise MatrixError(

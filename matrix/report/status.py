@@ -339,8 +339,13 @@ def _strength(key: str) -> tuple[bool, bool, int]:
 
 
 def _version_key(version: str) -> tuple[int, Version]:
+    """Final releases first, newest first; then what names no final release (a source build, a pre-release),
+    never the report's newest: the page's first grid and the doctor's default answer are a release's."""
     ordered = release_version(version)
-    return (0, Version("0")) if ordered is None else (1, ordered)
+    if ordered is None:
+        return (0, Version("0"))
+    final = not (ordered.is_prerelease or ordered.is_postrelease or ordered.local or ordered.epoch)
+    return (2 if final else 1, ordered)
 
 
 def _cell_report(

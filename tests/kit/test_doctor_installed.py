@@ -7,6 +7,8 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import socket
+import socketserver
 import subprocess
 import sys
 import time
@@ -185,6 +187,58 @@ def test_a_url_is_read_within_its_size_and_its_time_or_refused_in_one_line(serve
     with pytest.raises(MatrixError, match="cannot be reached"):
         remote.fetch("http://127.0.0.1:9/compat.json")  # the discard port: nothing listens
     assert remote.fetch(f"{server}/compat.json") == COMPAT.read_bytes()
+
+
+# What a server that does not speak HTTP, or speaks it too slowly, sends: each must end in one line.
+RAW_ANSWERS = {
+    "/version": b"HTTP/9.9 999 Whatever\r\n\r\n",
+    "/garbage": b"SSH-2.0-OpenSSH_9.6\r\n",
+    "/short": b'HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n{"schema":',
+    "/header": b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n",
+    "/chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnot a chunk\r\n",
+}
+
+
+@pytest.fixture()
+def raw_server() -> Iterator[str]:
+    """A loopback TCP server that answers each path's bytes of RAW_ANSWERS, and /trickle with a valid answer sent
+    one byte every 0.2 s (never slow enough for one read's timeout)."""
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            request = self.request.recv(65536).decode("latin-1")
+            path = request.split(" ")[1] if " " in request else ""
+            try:
+                if path == "/trickle":
+                    for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 1000:
+                        self.request.sendall(bytes([byte]))
+                        time.sleep(0.2)
+                else:
+                    self.request.sendall(RAW_ANSWERS.get(path, b""))
+                    self.request.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # the doctor gave up first: what the test wants
+
+    class Server(socketserver.ThreadingTCPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    with on_loopback(Server(("127.0.0.1", 0), Handler)) as url:
+        yield url
+
+
+@pytest.mark.parametrize("path", sorted(RAW_ANSWERS))
+def test_an_answer_that_is_not_http_is_refused_in_one_line(raw_server, path):
+    with pytest.raises(MatrixError) as refused:
+        remote.fetch(f"{raw_server}{path}", timeout=5)
+    said = str(refused.value)
+    assert said.startswith(f"--matrix {raw_server}{path}: ") and "\n" not in said
+
+
+def test_a_server_that_trickles_is_cut_off_at_the_deadline_for_the_whole_answer(raw_server):
+    # Each byte comes well within a read's timeout; all of them would take about 200 s.
+    with pytest.raises(MatrixError, match="the whole answer did not arrive within 1 s"):
+        remote.fetch(f"{raw_server}/trickle", timeout=5, deadline=1)
 
 
 def test_another_machines_environment_record_is_answered_for_as_written(tmp_path):

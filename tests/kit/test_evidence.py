@@ -10,14 +10,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, committed_history, run_module
 
+from matrix.bundle import Bundle, BundledCell
 from matrix.cells import CELLS, Cell, select
 from matrix.envelope import RunInfo
-from matrix.evidence import Source, add, origin
+from matrix.evidence import Source, add, add_bundles, origin
 from matrix.host.record import EnvironmentRecord
 from matrix.junit import write_cell_results
 from matrix.plan import CellPlan, Execution
@@ -35,15 +37,27 @@ GATE = RunInfo(
 )
 
 
+# A CUDA machine's environment record as the kit wrote it (the offline GPU run's, on an H200).
+GPU_MACHINE = json.loads((ROOT / "docs/evidence/gpu-runs/h200-vllm-0.26.0-2026-12-04/env.json").read_text())
+
+
+def gpu_machine(host: str, vllm: str = VLLM_VERSION) -> dict:
+    """That record moved to ``host`` and ``vllm``: faked where it says WSL2, which does not exist here (an envelope
+    that contradicts itself, or a record that shows no GPU ran, is never believed)."""
+    wsl = host.startswith("wsl")
+    record = json.loads(json.dumps(GPU_MACHINE))
+    record["packages"]["vllm"]["version"] = vllm
+    record["host"]["detected"] = host
+    record["wsl"]["is_wsl"] = record["gpu"]["dev_dxg"] = wsl
+    record["gpu"]["devices"] = [{"name": "RTX 4090 (faked for the test)", "driver": "581.57"}]
+    if wsl:
+        record["gpu"]["tools"]["nvidia-smi"] = "/usr/lib/wsl/lib/nvidia-smi"
+    return record
+
+
 def runner(name: str, host: str, started_at: str = "2026-12-02T03:17:00+00:00") -> RunInfo:
-    """A runner with a GPU on ``host``, as its environment record says (an envelope that contradicts itself is
-    never believed)."""
-    env = {
-        "packages": {"vllm": {"version": VLLM_VERSION}},
-        "host": {"detected": host},
-        "wsl": {"is_wsl": host.startswith("wsl")},
-        "gpu": {"devices": [{"name": "RTX 4090 (faked for the test)"}]},
-    }
+    """A runner with a GPU on ``host``, as its environment record says."""
+    env = gpu_machine(host)
     return dataclasses.replace(GATE, env=EnvironmentRecord(env), runner_name=name, started_at=started_at)
 
 
@@ -104,14 +118,18 @@ def test_a_nights_gpu_results_are_kept_once_and_its_predictions_and_misroutes_ne
         "a misrouted runner's cell: no answer of vLLM's",
     }
     assert len(added.not_kept) == 24 + 4  # every suite read is accounted for
-    # The same night again (a rerun of the job), and a later night that gave the same answers: nothing new.
+    # The same night again (a rerun of the job): nothing new.
     again = add([str(artifacts)], store, Source.RUNNER, claims)
     assert (again.new, sorted(again.already)) == ([], sorted(added.new))
+    # A later night that gave the same answers: no copy, but the night is kept, as seen again.
     shutil.rmtree(artifacts)
     later = night(tmp_path, "2026-12-03T03:17:00+00:00")
-    assert add([str(later)], store, Source.RUNNER, claims).new == []
-    # A record is its run normalized: read back from the store, it is the same record, kept once.
+    seen = add([str(later)], store, Source.RUNNER, claims)
+    assert seen.new == [] and sorted(p.name.split("-native-")[0] for p in seen.already) == ["2026-12-03"] * 4
+    assert [p.read_text() for p in seen.already] == ["2026-12-03T03:17:00+00:00\n"] * 4
+    # A record is its run normalized: read back from the store, it is the same record; each source keeps its own.
     assert add([str(store)], tmp_path / "copy", Source.MAINTAINER).new[0].read_bytes() == added.new[0].read_bytes()
+    assert len(add([str(store)], store, Source.MAINTAINER).new) == 4
     assert add([str(store)], store, Source.MAINTAINER).new == []
     kept = added.new[0].read_text()
     assert "a long log nobody keeps" not in kept and 'name="runner_name" value="wsl-box"' in kept
@@ -134,6 +152,16 @@ def test_a_result_the_nights_plan_did_not_give_its_runner_is_not_kept(tmp_path):
     [
         ({"vllm_version": "../../outside"}, "names no vLLM release"),
         ({"gpu": "none"}, "its envelope contradicts itself: its envelope records no GPU"),
+        # What a release would be made up as, or what a user's source build honestly says: never a release.
+        ({"vllm_version": "99.0.0"}, "names vLLM 99.0.0, which the kit does not cover and the package index"),
+        ({"vllm_version": "1!0.0.1"}, "names vLLM '1!0.0.1', not a final release"),
+        ({"vllm_version": "0.33.0+evil"}, "names vLLM '0.33.0+evil', not a final release"),
+        ({"vllm_version": "0.34.0.dev12+g1a2b3c4"}, "names vLLM '0.34.0.dev12+g1a2b3c4', not a final release"),
+        ({"vllm_version": "0.33.0.post1"}, "names vLLM '0.33.0.post1', not a final release"),
+        # A night in the future would pin the cell's answer for ever; one before any release is made up.
+        ({"started_at": "9999-12-31T00:00:00+00:00"}, "its start time 9999-12-31T00:00:00+00:00 is in the future"),
+        ({"started_at": "2001-01-01T00:00:00+00:00"}, "its start time 2001-01-01T00:00:00+00:00 is before"),
+        ({"started_at": "last night"}, "its start time 'last night' cannot be read"),
     ],
 )
 def test_a_hostile_or_self_contradicting_record_is_refused_in_one_line(tmp_path, change, reason):
@@ -145,9 +173,122 @@ def test_a_hostile_or_self_contradicting_record_is_refused_in_one_line(tmp_path,
         start = text.index(f'<property name="{name}" value="') + len(f'<property name="{name}" value="')
         text = text[:start] + value + text[text.index('"', start) :]
     path.write_text(text)
-    added = add([str(written)], tmp_path / "store", Source.MAINTAINER)
-    assert added.new == [] and [item.reason.startswith(reason) for item in added.not_kept] == [True]
+    # The package index, asked for a release the kit does not cover, lists none of these.
+    added = add([str(written)], tmp_path / "store", Source.MAINTAINER, releases=lambda: ("0.33.1",))
+    assert added.new == [] and [item.reason for item in added.not_kept if item.reason.startswith(reason)] != []
+    assert len(added.not_kept) == 1
     assert not (tmp_path / "outside").exists()
+
+
+def test_a_release_the_index_lists_is_kept_though_the_kit_does_not_cover_it_yet(tmp_path):
+    written = results(tmp_path / "in", select("cuda-wsl2new-v2-graph"), Execution.NATIVE, runner("box", "wsl2new"))
+    path = written / "cuda-wsl2new-v2-graph.xml"
+    path.write_text(path.read_text().replace(f'value="{VLLM_VERSION}"', 'value="99.0.0"'))
+    added = add([str(written)], tmp_path / "store", Source.MAINTAINER, releases=lambda: ("99.0.0",))
+    assert [p.relative_to(tmp_path / "store").parts[0] for p in added.new] == ["99.0.0"]
+
+
+def gpu_free(record: dict, how: str) -> None:
+    """``record`` changed as a machine without a GPU (or one that lies about its release) writes it."""
+    match how:
+        case "no vLLM":
+            record["packages"]["vllm"] = None
+        case "another vLLM":
+            record["packages"]["vllm"]["version"] = "0.23.0"
+        case "a CPU torch":
+            record["packages"]["torch"]["cuda"] = None
+        case "the stand-in GPU":
+            record["gpu"]["tools"]["nvidia-smi"] = "/home/u/kit/tests/stand-in-gpu/nvidia-smi"
+        case "no GPU tool":
+            record["gpu"]["tools"]["nvidia-smi"] = None
+        case "no /dev/dxg":
+            record["gpu"]["dev_dxg"] = False
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("no vLLM", "its environment record has no vLLM installed, not "),
+        ("another vLLM", f"its environment record has vLLM 0.23.0 installed, not {VLLM_VERSION}"),
+        ("a CPU torch", "its environment record has no torch with cuda's backend"),
+        ("the stand-in GPU", "its GPU tool is the kit's stand-in"),
+        ("no GPU tool", "its environment record names no GPU tool (nvidia-smi)"),
+        ("no /dev/dxg", "a native WSL2 result whose environment record shows no WSL2 with its GPU device"),
+        ("gate cases only", "only gate cases ran (no case of the reproduction)"),
+    ],
+)
+def test_a_runners_result_that_its_own_record_says_no_gpu_made_is_refused_saying_which_fact_is_missing(
+    tmp_path, how, reason
+):
+    record = gpu_machine("wsl2new")
+    gpu_free(record, how)
+    # The results name the release whatever the record says (as the history's cases, copied, would).
+    run = dataclasses.replace(runner("wsl-box", "wsl2new"), env=EnvironmentRecord(record), release=VLLM_VERSION)
+    out = tmp_path / "artifacts" / "junit-cuda-wsl2new" / VLLM_VERSION / "cell"
+    results(out, WSL2NEW, Execution.NATIVE, run)
+    if how == "gate cases only":
+        for path in out.glob("*.xml"):
+            path.write_text(path.read_text().replace("tests.cell.test_repro", "tests.cell.test_gate"))
+    claims = load_claims(str(claims_file(tmp_path)), [str(tmp_path / "artifacts")])
+    added = add([str(tmp_path / "artifacts")], tmp_path / "store", Source.RUNNER, claims)
+    assert added.new == [] and {item.reason.split(reason)[0] for item in added.not_kept} == {""}
+    assert len(added.not_kept) == 4
+
+
+def test_a_regression_that_comes_back_is_published_and_another_sources_record_blocks_none(tmp_path):
+    store, cell = tmp_path / "store", select("cuda-wsl2new-v2-graph")
+    nights = [("2026-12-02", "broke"), ("2026-12-03", ""), ("2026-12-04", "broke")]
+    for day, failing in nights:
+        run = runner("box", "wsl2new", f"{day}T03:17:00+00:00")
+        assert (
+            len(add([str(results(tmp_path / day, cell, Execution.NATIVE, run, failing))], store, Source.MAINTAINER).new)
+            == 1
+        )
+    report = build_report([], kit_commit="test", stores=(store,))
+    (shown,) = [c for c in report.versions[VLLM_VERSION] if c.cell.id == cell[0].id]
+    assert shown.envelope is not None and shown.envelope.started_at.startswith("2026-12-04")
+    (case,) = shown.cases
+    assert [a.outcome for a in case.attempts][-1] == "failed"  # the newest night judges
+    # The same result from another source is that source's own record, never "the same as one kept before".
+    artifacts = tmp_path / "artifacts"
+    again = runner("box", "wsl2new", "2026-12-04T03:17:00+00:00")
+    results(artifacts / "junit-cuda-wsl2new" / VLLM_VERSION / "cell", cell, Execution.NATIVE, again, "broke")
+    claims = load_claims(str(claims_file(tmp_path)), [str(artifacts)])
+    (kept,) = add([str(artifacts)], store, Source.RUNNER, claims).new
+    assert kept.parent.name == "runner"
+
+
+def test_a_store_record_whose_content_is_not_what_its_name_says_is_refused_on_every_read(tmp_path):
+    store = tmp_path / "store"
+    written = results(tmp_path / "in", select("cuda-wsl2new-v2-graph"), Execution.NATIVE, runner("b", "wsl2new"))
+    (kept,) = add([str(written)], store, Source.MAINTAINER).new
+    # A pull request adds a record by hand: the runner's folder, a name of the layout, another digest.
+    forged = store / VLLM_VERSION / "cuda-wsl2new-v2-graph" / "runner" / "2026-12-03-native-0123456789abcdef.xml"
+    forged.parent.mkdir()
+    shutil.copy(kept, forged)
+    moved = store / VLLM_VERSION / "cuda-linux-v2-graph" / "maintainer" / kept.name
+    moved.parent.mkdir(parents=True)
+    shutil.copy(kept, moved)
+    report = build_report([], kit_commit="test", stores=(store,))
+    refused = {Path(p.path): p.reason for p in report.inputs.unreadable}
+    assert refused == {
+        forged: "a store record whose content is not what its name and folder say",
+        moved: "a store record whose content is not what its name and folder say",
+    }
+    assert [report.origin(c) for c in report.versions[VLLM_VERSION] if c.cell.id == "cuda-wsl2new-v2-graph"] == [
+        Source.MAINTAINER
+    ]
+
+
+def test_the_newest_release_of_a_report_is_the_newest_real_one(tmp_path):
+    source_build = "0.34.0.dev12+g1a2b3c4"
+    built = dataclasses.replace(
+        GATE, env=EnvironmentRecord({"packages": {"vllm": {"version": source_build}}, "host": {"detected": "linux"}})
+    )
+    ours = results(tmp_path / "ours", WSL2NEW, Execution.GATE_ONLY, GATE)
+    theirs = results(tmp_path / "theirs", WSL2NEW, Execution.GATE_ONLY, built)
+    published = compat(build_report([str(ours), str(theirs)], kit_commit="test"))
+    assert [v["vllm"] for v in published["versions"]] == [VLLM_VERSION, source_build]
 
 
 def history(root: Path) -> Path:
@@ -235,3 +376,37 @@ def test_the_command_says_what_it_kept_and_refuses_a_night_without_its_plan(tmp_
 def test_the_published_schema_names_every_source():
     document = json.loads((ROOT / "matrix" / "report" / "compat.schema.json").read_text())
     assert document["$defs"]["evidence"]["properties"]["origin"]["enum"] == [None, *(s.value for s in Source)]
+
+
+def test_a_gpu_users_bundle_is_kept_as_theirs_and_one_naming_the_kits_own_runner_is_refused(tmp_path):
+    """A bundle as `python -m matrix bundle` makes it on a WSL2 machine with a GPU (faked: neither exists here)."""
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    store, cell = tmp_path / "store", "cuda-wsl2new-v2-graph"
+
+    def sent(name: str, runner_name: str) -> Path:
+        run = dataclasses.replace(runner(runner_name, "wsl2new"), kit_commit=head.stdout.strip())
+        out = results(tmp_path / runner_name, select(cell), Execution.NATIVE, run)
+        files = BundledCell(cell, (out / f"{cell}.xml").read_text(), (out / f"{cell}.env.json").read_text())
+        path = tmp_path / name
+        path.write_text(Bundle(VLLM_VERSION, run.kit_commit, run.started_at, (files,)).to_json())
+        return path
+
+    # The kit's own runner's night is in the store; a user's bundle is kept beside it, as theirs.
+    artifacts = tmp_path / "artifacts"
+    results(
+        artifacts / "junit-cuda-wsl2new" / VLLM_VERSION / "cell",
+        WSL2NEW,
+        Execution.NATIVE,
+        runner("wsl-box", "wsl2new"),
+    )
+    assert (
+        len(add([str(artifacts)], store, Source.RUNNER, load_claims(str(claims_file(tmp_path)), [str(artifacts)])).new)
+        == 4
+    )
+    (kept,) = add_bundles([sent("alice.json", "alice-box")], store, kit=ROOT).new
+    assert kept.relative_to(store).parts[:3] == (VLLM_VERSION, cell, "community")
+    # One that says it is the kit's runner is a user's word against the kit's own records: refused.
+    refused = add_bundles([sent("mallory.json", "wsl-box")], store, kit=ROOT)
+    assert refused.new == [] and [item.reason for item in refused.not_kept] == [
+        f"refused: {cell} names 'wsl-box', one of the kit's own runners"
+    ]

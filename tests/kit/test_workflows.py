@@ -46,6 +46,20 @@ def test_least_privilege_and_no_pull_request_target(path):
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_piped_step_fails_when_any_command_of_its_pipe_fails(path):
+    """GitHub runs a step without a shell as bash -e, where a pipe's last command alone decides; `shell: bash`
+    is bash -eo pipefail."""
+    workflow = load(path)
+    default = workflow.get("defaults", {}).get("run", {}).get("shell")
+    for name, job in workflow["jobs"].items():
+        shell = job.get("defaults", {}).get("run", {}).get("shell", default)
+        for step in job.get("steps", []):
+            piped = re.search(r"[^|]\|[^|]", step.get("run", ""))
+            if piped:
+                assert step.get("shell", shell) == "bash", f"{path.name}: job {name}: {step.get('name')} lacks pipefail"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
 def test_every_action_is_pinned_by_commit_with_its_version(path):
     uses = re.findall(r"uses:\s*(\S+)(.*)", path.read_text())
     assert uses
