@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import hashlib
+import io
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -386,7 +387,10 @@ def _keep_record(path: Path, why_not: str, folder: Path, named: str, added: Adde
 def _put(store: Path, source: Source, envelope: Envelope, cases: list[Element], added: Added) -> None:
     """Keep one night's result of a cell from ``source``: a new record where it differs from that source's
     newest, else a *seen again* entry beside the newest (the same run added twice is kept once)."""
-    digest = identity(envelope, cases)
+    data = record_file(envelope, cases)
+    # Named by what is kept (scrubbed, normalized), so that every later read can check the name against it.
+    (kept_suite,), _ = suites(parse(io.BytesIO(data)))
+    digest = identity(Envelope.from_properties(kept_suite.props), kept_suite.cases)
     folder = store / envelope.vllm_version / envelope.cell.id / source.value
     execution = envelope.execution.value if envelope.execution else ""
     dated = f"{_date(envelope.started_at)}-{execution}-{digest}"
@@ -398,7 +402,7 @@ def _put(store: Path, source: Source, envelope: Envelope, cases: list[Element], 
     if newest is not None and newest.name.endswith(f"-{digest}.xml"):
         added.already.append(write_file(folder, f"{dated}.seen", f"{envelope.started_at}\n".encode()))
         return
-    added.new.append(write_file(folder, f"{dated}.xml", record_file(envelope, cases)))
+    added.new.append(write_file(folder, f"{dated}.xml", data))
 
 
 def _started(path: Path) -> str:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socketserver
@@ -17,6 +18,7 @@ import pytest
 from matrix.cells import select
 from matrix.history_cache import read_committed
 from matrix.host.here import detected_plan
+from matrix.releases import VLLM_VERSION
 from repro.answers import CACHE_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,3 +125,20 @@ from host_reads import (  # noqa: E402, F401
     pytest_runtest_makereport,
     pytest_runtest_protocol,
 )
+
+# A CUDA machine's environment record as the kit wrote it (the offline GPU run's, on an H200).
+GPU_MACHINE = json.loads((ROOT / "docs/evidence/gpu-runs/h200-vllm-0.26.0-2026-12-04/env.json").read_text())
+
+
+def gpu_machine(host: str, vllm: str = VLLM_VERSION) -> dict:
+    """That record moved to ``host`` and ``vllm``: faked where it says WSL2, which does not exist here (an envelope
+    that contradicts itself, or a record that shows no GPU ran, is never believed)."""
+    wsl = host.startswith("wsl")
+    record = json.loads(json.dumps(GPU_MACHINE))
+    record["packages"]["vllm"]["version"] = vllm
+    record["host"]["detected"] = host
+    record["wsl"]["is_wsl"] = record["gpu"]["dev_dxg"] = wsl
+    record["gpu"]["devices"] = [{"name": "RTX 4090 (faked for the test)", "driver": "581.57"}]
+    if wsl:
+        record["gpu"]["tools"]["nvidia-smi"] = "/usr/lib/wsl/lib/nvidia-smi"
+    return record

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, committed_history, run_module
+from conftest import ROOT, committed_history, gpu_machine, run_module
 
 from matrix.bundle import Bundle, BundledCell
 from matrix.cells import CELLS, Cell, select
@@ -35,24 +35,6 @@ GATE = RunInfo(
     runner_name="gate-runner",
     started_at="2026-12-01T03:17:00+00:00",
 )
-
-
-# A CUDA machine's environment record as the kit wrote it (the offline GPU run's, on an H200).
-GPU_MACHINE = json.loads((ROOT / "docs/evidence/gpu-runs/h200-vllm-0.26.0-2026-12-04/env.json").read_text())
-
-
-def gpu_machine(host: str, vllm: str = VLLM_VERSION) -> dict:
-    """That record moved to ``host`` and ``vllm``: faked where it says WSL2, which does not exist here (an envelope
-    that contradicts itself, or a record that shows no GPU ran, is never believed)."""
-    wsl = host.startswith("wsl")
-    record = json.loads(json.dumps(GPU_MACHINE))
-    record["packages"]["vllm"]["version"] = vllm
-    record["host"]["detected"] = host
-    record["wsl"]["is_wsl"] = record["gpu"]["dev_dxg"] = wsl
-    record["gpu"]["devices"] = [{"name": "RTX 4090 (faked for the test)", "driver": "581.57"}]
-    if wsl:
-        record["gpu"]["tools"]["nvidia-smi"] = "/usr/lib/wsl/lib/nvidia-smi"
-    return record
 
 
 def runner(name: str, host: str, started_at: str = "2026-12-02T03:17:00+00:00") -> RunInfo:

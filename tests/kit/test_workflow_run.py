@@ -17,11 +17,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree.ElementTree import Element
 
 import jsonschema
 import pytest
 import yaml
-from conftest import ROOT, committed_history, run_module
+from conftest import ROOT, committed_history, gpu_machine, run_module
 from package_index import covered, point_pip_at, refusing_url, served, write_index
 
 from matrix.cells import CELLS, Cell, Host, select
@@ -86,9 +87,9 @@ def upload(artifacts: Path, name: str, results: Path) -> None:
 
 def runner_run(host: Host) -> RunInfo:
     """RUN as a runner on ``host`` with a GPU records it: an envelope that contradicts itself is not believed."""
-    env = {**RUN.env.data, "host": {"detected": host.value}, "wsl": {"is_wsl": host.is_wsl}}
-    devices = {"gpu": {"devices": [{"name": "a GPU (faked for the test)"}]}}
-    return dataclasses.replace(RUN, env=EnvironmentRecord({**env, **devices}))
+    env = gpu_machine(host.value)
+    env["gpu"]["devices"] = [{"name": "a GPU (faked for the test)"}]
+    return dataclasses.replace(RUN, env=EnvironmentRecord({**env, "env_hash": RUN.env.env_hash}))
 
 
 def fake_results(
@@ -392,13 +393,16 @@ def publish_job(workspace: Path, planned: dict[str, str]) -> tuple[dict[str, str
 
 def answers_from_the_history(workspace: Path, job: dict) -> None:
     """The artifact of a runner that ran its cells natively and got the answers the history predicted: each
-    cell's gate cases of the committed history, written with the kit's writer under the runner's envelope."""
+    cell's gate cases of the committed history and a passing case of the reproduction (what only a GPU runs),
+    written with the kit's writer under the runner's envelope."""
     history = committed_history(workspace / "history")
     out = workspace / "artifacts" / job["artifact"] / VLLM_VERSION / "cell"
     cells = [Cell.parse(c) for c in job["cells"]]
     for cell in cells:
         plan = CellPlan(cell, Execution.NATIVE, "faked for the test")
-        write_cells([plan], read_cases(history / VLLM_VERSION / f"{cell.id}.xml"), runner_run(cell.host), out, "")
+        reproduced = Element("testcase", classname="tests.cell.test_repro", name=f"test_engine_starts[{cell.id}]")
+        cases = [*read_cases(history / VLLM_VERSION / f"{cell.id}.xml"), reproduced]
+        write_cells([plan], cases, runner_run(cell.host), out, "")
     nox_report(out.parent.parent / f"nox-{job['name']}.json", cells)
 
 
