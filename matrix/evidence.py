@@ -151,6 +151,7 @@ class _Intake:
     store: Path
     now: dt.datetime
     index: Callable[[], Iterable[str]]
+    _covered: frozenset[str] | None = None
     _listed: frozenset[str] | None = None
 
     def not_a_release(self, vllm: str) -> str:
@@ -162,14 +163,21 @@ class _Intake:
             return f"names no vLLM release ({vllm!r})"
         if str(version) != vllm or version.epoch or version.pre or version.post or version.dev or version.local:
             return f"names vLLM {vllm!r}, not a final release (a source build or a pre-release is no release)"
-        if vllm in known(KIT / COMMITTED_HISTORY) or vllm in self.listed():
+        if vllm in self.covered() or vllm in self._index():
             return ""
         return (
             f"names vLLM {vllm}, which the kit does not cover and the package index does not list: gate it first "
             "(nox -s history -- --with-new-releases), then add it again"
         )
 
-    def listed(self) -> frozenset[str]:
+    def covered(self) -> frozenset[str]:
+        """The releases the kit covers: its committed history, unpacked once per ``add``, not once a record."""
+        if self._covered is None:
+            self._covered = frozenset(known(KIT / COMMITTED_HISTORY))
+        return self._covered
+
+    def _index(self) -> frozenset[str]:
+        """The index's releases, asked once, and only for a release the kit does not cover."""
         if self._listed is None:
             try:
                 self._listed = frozenset(self.index())
