@@ -82,10 +82,11 @@ class Bundle:
 
 @dataclass(frozen=True)
 class Checked:
-    """A bundle's cells as the store keeps them: the envelope each states, and its cases."""
+    """A bundle's cells as the store keeps them: the envelope each states, its cases, and the environment record
+    it ran under (what intake checks a GPU against)."""
 
     bundle: Bundle
-    suites: tuple[tuple[Envelope, list[Element]], ...]
+    suites: tuple[tuple[Envelope, list[Element], EnvironmentRecord], ...]
 
 
 def make(results: Path, vllm: str, now: dt.datetime | None = None) -> Bundle:
@@ -200,7 +201,7 @@ def check(bundle: Bundle, kit: Path) -> Checked:
     return Checked(bundle, tuple(_checked_cell(bundle, bundled) for bundled in bundle.cells))
 
 
-def _checked_cell(bundle: Bundle, bundled: BundledCell) -> tuple[Envelope, list[Element]]:
+def _checked_cell(bundle: Bundle, bundled: BundledCell) -> tuple[Envelope, list[Element], EnvironmentRecord]:
     name = bundled.cell
     try:
         found, stray = suites(parse(io.BytesIO(bundled.junit.encode())))
@@ -229,7 +230,7 @@ def _checked_cell(bundle: Bundle, bundled: BundledCell) -> tuple[Envelope, list[
         )
     if envelope.contradiction:
         raise MatrixError(f"{name}: {envelope.contradiction}")
-    return envelope, suite.cases
+    return envelope, suite.cases, record
 
 
 def _makes_bundles(kit: Path, commit: str) -> bool:

@@ -302,16 +302,16 @@ def add_bundles(bundles: list[Path], store: Path, kit: Path = KIT, now: dt.datet
             checked = check(load(path), kit)
             if problem := intake.not_a_release(checked.bundle.vllm):
                 raise MatrixError(problem)
-            for (envelope, cases), bundled in zip(checked.suites, checked.bundle.cells, strict=True):
-                record = EnvironmentRecord(parse_json(bundled.env.encode()))
+            for envelope, cases, record in checked.suites:
+                cell = envelope.cell.id
                 if envelope.runner_name in ours:
-                    raise MatrixError(f"{bundled.cell} names {envelope.runner_name!r}, one of the kit's own runners")
+                    raise MatrixError(f"{cell} names {envelope.runner_name!r}, one of the kit's own runners")
                 if problem := intake.not_dated(envelope.started_at) or gpu_evidence_missing(record, envelope, cases):
-                    raise MatrixError(f"{bundled.cell}: {problem}")
+                    raise MatrixError(f"{cell}: {problem}")
         except MatrixError as exc:
             added.not_kept.append(NotKept(str(path), "", f"refused: {exc}"))
             continue
-        for envelope, cases in checked.suites:
+        for envelope, cases, _ in checked.suites:
             _put(store, Source.COMMUNITY, envelope, cases, added)
     return added
 
