@@ -82,16 +82,20 @@ def write_file(directory: Path, name: str, data: bytes) -> Path:
         folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise MatrixError(f"cannot write results in {directory}: {exc.strerror}") from None
+    made = False
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(partial, flags, 0o666, dir_fd=folder), "wb") as out:
+        handle = os.open(partial, flags, 0o666, dir_fd=folder)
+        made = True
+        with os.fdopen(handle, "wb") as out:
             out.write(data)
         os.replace(partial, name, src_dir_fd=folder, dst_dir_fd=folder)
+        made = False
     except OSError as exc:
-        try:
+        # Only a partial this call made is removed: on a read-only file system even unlinking a name that
+        # does not exist fails, and that must not hide the one-line error.
+        if made:
             os.unlink(partial, dir_fd=folder)
-        except FileNotFoundError:
-            pass
         raise MatrixError(f"cannot write {directory / name}: {exc.strerror}") from None
     finally:
         os.close(folder)
