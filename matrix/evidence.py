@@ -33,7 +33,7 @@ import io
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from xml.etree.ElementTree import Element
 
@@ -116,6 +116,7 @@ def add(
     claims: Claims | None = None,
     now: dt.datetime | None = None,
     releases: Callable[[], Iterable[str]] = index_releases,
+    workflow_run: str = "",
 ) -> Added:
     """Each cell suite in ``inputs`` (JUnit files, directories, globs) that is a GPU's answer, kept in ``store``.
 
@@ -123,12 +124,14 @@ def add(
     cell was given to, as in the report; anything else is not kept, and said. A runner's suite counts only
     where the environment record the split wrote beside it (``<cell>.env.json``) says a GPU ran it.
     ``releases``: the package index's list, asked only for a release the kit does not cover.
+    ``workflow_run`` (the night's run, its page's URL): a runner's suite counts only where its environment record
+    was made in that run, and its record names the run, attempt and job that made it.
     """
     try:
         files, refused = expand(inputs)
     except InputError as exc:
         raise MatrixError(str(exc)) from None
-    intake = _Intake(store, now or dt.datetime.now(dt.UTC), releases)
+    intake = _Intake(store, now or dt.datetime.now(dt.UTC), releases, workflow_run)
     added = Added(not_kept=[NotKept(p.path, "", p.reason) for p in refused])
     for path in files:
         try:
@@ -151,6 +154,7 @@ class _Intake:
     store: Path
     now: dt.datetime
     index: Callable[[], Iterable[str]]
+    workflow_run: str = ""
     _covered: frozenset[str] | None = None
     _listed: frozenset[str] | None = None
 
@@ -223,9 +227,14 @@ def _keep(
     why_not = _why_not_kept(path, envelope, len(cases), claims, intake)
     if not why_not and source is Source.RUNNER:
         try:
-            why_not = gpu_evidence_missing(_record_beside(Path(path), envelope), envelope, cases)
+            record = _record_beside(Path(path), envelope)
         except MatrixError as exc:
             why_not = str(exc)
+        else:
+            why_not = gpu_evidence_missing(record, envelope, cases)
+            if not why_not and intake.workflow_run:
+                why_not, made_by = from_workflow_run(record, intake.workflow_run)
+                envelope = replace(envelope, extra=(*envelope.extra, *made_by))
     if why_not:
         added.not_kept.append(NotKept(path, envelope.cell.id, why_not))
         return
@@ -281,6 +290,21 @@ def gpu_evidence_missing(record: EnvironmentRecord, envelope: Envelope, cases: l
     if not any(case.get("classname", "") == _ON_A_GPU and outcome(case)[0] not in (SKIPPED, XFAIL) for case in cases):
         return "only gate cases ran (no case of the reproduction), which need no GPU: a prediction, not a GPU's answer"
     return ""
+
+
+def from_workflow_run(record: EnvironmentRecord, run: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Why a runner's result was not made by the workflow run at ``run`` (its page), or empty; and, where it was,
+    the envelope properties that say so: an artifact left from another run, or a file put where the night's
+    artifacts are, names another run or none. GitHub sets the run's id, attempt and job in every step's
+    environment, and the environment record keeps them."""
+    run_id = run.rstrip("/").rpartition("/")[2]
+    said = _at(record.data, "environment", "GITHUB_RUN_ID")
+    if said != run_id:
+        named = f"workflow run {said}" if said else "no workflow run"
+        return f"its environment record names {named}, not the night's ({run})", ()
+    attempt = str(_at(record.data, "environment", "GITHUB_RUN_ATTEMPT") or "1")
+    job = str(_at(record.data, "environment", "GITHUB_JOB") or "")
+    return "", (("workflow_run", f"{run.rstrip('/')}/attempts/{attempt}"), ("workflow_job", job))
 
 
 def _at(data: object, *path: str) -> object:
@@ -429,8 +453,9 @@ def _started_order(path: Path) -> tuple[int, float, str]:
 
 
 # What differs between two runs that gave the same result: when they ran, with which commit of the kit (one that
-# changed no test gives the same cases), and the hash of an environment record that holds those.
-VOLATILE_ENVELOPE = frozenset({"started_at", "kit_commit", "env_hash"})
+# changed no test gives the same cases), the hash of an environment record that holds those, and the workflow
+# run that made them.
+VOLATILE_ENVELOPE = frozenset({"started_at", "kit_commit", "env_hash", "workflow_run", "workflow_job"})
 
 
 def identity(envelope: Envelope, cases: list[Element]) -> str:

@@ -32,7 +32,8 @@ RECORDED_PREFIXES = (
     "TORCH_",
     "WSL",
     "HF_",
-    "GITHUB_RUN",
+    "GITHUB_RUN",  # the workflow run that made a night's result, which intake checks
+    "GITHUB_JOB",
     "RUNNER_",
 )
 # A name holding one of these is a secret's name wherever it is in it...

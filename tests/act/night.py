@@ -1,8 +1,9 @@
 """One night of .github/workflows/matrix.yml, run for real by nektos/act on this host, with no Docker and no GitHub.
 
 Every job runs on this host (``-P <label>=-self-hosted``). What cannot exist here is stood in for, and only that:
-GitHub's actions (checkout, Python, artifacts, Pages: tests/act/actions/, given to act by --local-repository) and
-the GPU runner's machine (WSL2 and a CUDA GPU as the kit presents them, and the cells' sessions: tests/act/gpu-runner/).
+GitHub's actions (checkout, Python, artifacts, Pages: tests/act/actions/, given to act by --local-repository), its
+CLI's pull requests (tests/act/github-cli/gh, first on every job's PATH as on a hosted runner) and the GPU runner's
+machine (WSL2 and a CUDA GPU as the kit presents them, and the cells' sessions: tests/act/gpu-runner/).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from repro import emulation
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = Path(".github/workflows/matrix.yml")
 ACTIONS = Path(__file__).resolve().parent / "actions"
+GITHUB_CLI = Path(__file__).resolve().parent / "github-cli"
 # The stand-in GPU runner's name, as GitHub's runner sets RUNNER_NAME for its jobs (act sets none).
 GPU_RUNNER = "stand-in-wsl2new-h200"
 # A night is a few minutes at most; a hung act must not hold CI for its 30 minutes.
@@ -82,12 +84,15 @@ def gpu_runner_shell(where: Path, bash: str) -> Path:
 
 @dataclass
 class Nights:
-    """The nights' origin (a bare repository holding the kit as it is in this working tree) and their Pages site."""
+    """The nights' origin (a bare repository holding the kit as it is in this working tree), their Pages site and
+    the origin's pull requests (the GitHub CLI stand-in's JSON)."""
 
     act: str
     tmp: Path
     origin: Path
     pages: Path
+    pulls: Path
+    attestations: Path
     count: int = 0
 
     @classmethod
@@ -103,10 +108,18 @@ class Nights:
         subprocess.run(
             [*git[:1], *identity, *git[1:], "commit", "--quiet", "--allow-empty", "-m", "the working tree"], check=True
         )
-        return cls(act=act, tmp=tmp, origin=origin, pages=tmp / "pages")
+        return cls(
+            act=act,
+            tmp=tmp,
+            origin=origin,
+            pages=tmp / "pages",
+            pulls=tmp / "pulls.json",
+            attestations=tmp / "attestations.txt",
+        )
 
-    def run(self, event: str, runner_kinds: str, cells: str = "") -> Night:
-        """One night: ``event`` with WSLPIN_RUNNER_KINDS=``runner_kinds`` (and ``cells`` for a dispatch)."""
+    def run(self, event: str, runner_kinds: str, cells: str = "", attest: bool = False) -> Night:
+        """One night: ``event`` with WSLPIN_RUNNER_KINDS=``runner_kinds`` (and ``cells`` for a dispatch), the
+        cell jobs attesting their results where ``attest`` (WSLPIN_ATTEST)."""
         self.count += 1
         night = self.tmp / f"night-{self.count}"
         clone, artifacts = night / "clone", night / "artifacts"
@@ -125,14 +138,20 @@ class Nights:
             "--no-cache-server",
             f"--action-cache-path={night / 'act-cache'}",
             f"--var=WSLPIN_RUNNER_KINDS={runner_kinds}",
+            f"--var=WSLPIN_ATTEST={str(attest).lower()}",
             f"--env=WSLPIN_ACT_ORIGIN={self.origin}",
             f"--env=WSLPIN_ACT_ARTIFACTS={artifacts}",
             f"--env=WSLPIN_ACT_PAGES={self.pages}",
+            f"--env=WSLPIN_ACT_PULLS={self.pulls}",
+            f"--env=WSLPIN_ACT_ATTESTATIONS={self.attestations}",
+            # What GitHub gives every run as github.token; the local origin and the CLI stand-in ask for no more.
+            "--secret=GITHUB_TOKEN=the-nights-token",
             *([f"--input=cells={cells}"] if event == "workflow_dispatch" else []),
             *platforms(runs_on),
             *stand_ins(),
         ]
-        env = {**_host_environment(), "PATH": f"{shell}{os.pathsep}{_host_environment()['PATH']}"}
+        path = os.pathsep.join([str(shell), str(GITHUB_CLI), _host_environment()["PATH"]])
+        env = {**_host_environment(), "PATH": path}
         done = subprocess.run(
             argv, cwd=clone, env=env, capture_output=True, text=True, timeout=NIGHT_TIMEOUT_S, check=False
         )

@@ -37,9 +37,19 @@ GATE = RunInfo(
 )
 
 
-def runner(name: str, host: str, started_at: str = "2026-12-02T03:17:00+00:00") -> RunInfo:
-    """A runner with a GPU on ``host``, as its environment record says."""
+# The night's workflow run, as GitHub names it in the publish job and in every step of the cell jobs.
+NIGHT = "https://github.com/owner/kit/actions/runs/41"
+
+
+def runner(name: str, host: str, started_at: str = "2026-12-02T03:17:00+00:00", run_id: str = "41") -> RunInfo:
+    """A runner with a GPU on ``host``, as its environment record says, in workflow run ``run_id``."""
     env = gpu_machine(host)
+    env["environment"] = {
+        **env["environment"],
+        "GITHUB_RUN_ID": run_id,
+        "GITHUB_RUN_ATTEMPT": "2",
+        "GITHUB_JOB": "cell",
+    }
     return dataclasses.replace(GATE, env=EnvironmentRecord(env), runner_name=name, started_at=started_at)
 
 
@@ -339,10 +349,12 @@ def test_the_command_says_what_it_kept_and_refuses_a_night_without_its_plan(tmp_
     bare = run_module("matrix", "evidence", "add", str(artifacts), "--source", "runner", "--store", str(store))
     assert (bare.returncode, bare.stdout) == (2, "")
     assert bare.stderr.startswith("error: --source runner needs --runners FILE")
-    done = run_module(
-        "matrix", "evidence", "add", str(artifacts), "--source", "runner", "--store", str(store),
-        "--runners", str(claims_file(tmp_path)), "--github-output", str(outputs),
-    )  # fmt: skip
+    planned = ["matrix", "evidence", "add", str(artifacts), "--source", "runner", "--store", str(store),
+               "--runners", str(claims_file(tmp_path))]  # fmt: skip
+    runless = run_module(*planned)
+    assert (runless.returncode, runless.stdout) == (2, "")
+    assert runless.stderr.startswith("error: --source runner needs --workflow-run URL, the night's run")
+    done = run_module(*planned, "--workflow-run", NIGHT, "--github-output", str(outputs))
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == f"4 new record(s) in {store}, 0 the same as one kept before"
     assert "not kept, 24 suite(s): a prediction (gate-only): the history keeps those:" in done.stdout
@@ -353,6 +365,33 @@ def test_the_command_says_what_it_kept_and_refuses_a_night_without_its_plan(tmp_
         "--out", str(tmp_path / "out"),
     )  # fmt: skip
     assert both.returncode == 2 and both.stderr.startswith("error: --evidence or --community with --runners:")
+
+
+def test_a_runners_result_counts_only_from_the_nights_own_workflow_run_and_names_it(tmp_path):
+    artifacts, store = night(tmp_path), tmp_path / "store"
+    # An artifact left from run 40 beside the night's: the ROCm runner's slot holds none, so the plan alone
+    # cannot tell; its environment record does.
+    left = tmp_path / "left" / "junit-cuda-wsl2new" / VLLM_VERSION / "cell"
+    results(left, WSL2NEW, Execution.NATIVE, runner("wsl-box", "wsl2new", run_id="40"), "an older failure")
+    claims = load_claims(str(claims_file(tmp_path)), [str(tmp_path / "left")])
+    refused = add([str(tmp_path / "left")], store, Source.RUNNER, claims, workflow_run=NIGHT)
+    assert refused.new == []
+    assert {item.reason for item in refused.not_kept} == {
+        f"its environment record names workflow run 40, not the night's ({NIGHT})"
+    }
+    claims = load_claims(str(claims_file(tmp_path)), [str(artifacts)])
+    kept = add([str(artifacts)], store, Source.RUNNER, claims, workflow_run=NIGHT)
+    assert len(kept.new) == 4
+    text = kept.new[0].read_text()
+    assert f'name="workflow_run" value="{NIGHT}/attempts/2"' in text and 'name="workflow_job" value="cell"' in text
+    # The run is where a result came from, not what it is: the job run again (run 42) adds nothing new.
+    rerun = tmp_path / "rerun"
+    shutil.copytree(artifacts, rerun)
+    for env in rerun.rglob("*.env.json"):
+        env.write_text(env.read_text().replace('"GITHUB_RUN_ID": "41"', '"GITHUB_RUN_ID": "42"'))
+    again = add([str(rerun)], store, Source.RUNNER, load_claims(str(claims_file(tmp_path)), [str(rerun)]),
+                workflow_run=NIGHT.replace("41", "42"))  # fmt: skip
+    assert (again.new, len(again.already)) == ([], 4)
 
 
 def test_the_published_schema_names_every_source():

@@ -139,6 +139,19 @@ def test_cell_jobs_check_their_host_and_always_upload(matrix_workflow):
     assert upload["if"] == "${{ !cancelled() }}" and upload["with"]["name"] == "${{ matrix.artifact }}"
 
 
+def test_the_nightly_publish_pushes_only_its_evidence_branch_one_night_at_a_time(matrix_workflow):
+    """A protected main refuses a push by the workflow's token (no ruleset lets it bypass a rule): the publish
+    job pushes the evidence branch alone and reaches main by pull request (tests/act proves it runs)."""
+    publish = matrix_workflow["jobs"]["publish"]
+    assert publish["concurrency"]["cancel-in-progress"] is False
+    assert publish["permissions"] == {"contents": "write", "pull-requests": "write"}
+    script = (ROOT / "tools" / "publish-night.sh").read_text()
+    assert 'branch="evidence/$base"' in script and "set -euo pipefail" in script
+    pushes = [line for line in script.splitlines() if re.search(r"\bpush\b", line) and "remote" in line]
+    assert pushes and all(line.rstrip().endswith('"HEAD:refs/heads/$branch"; then') for line in pushes), pushes
+    assert any("tools/publish-night.sh" in step.get("run", "") for step in publish["steps"])
+
+
 def test_the_report_runs_even_when_cells_failed(matrix_workflow):
     report = matrix_workflow["jobs"]["report"]
     assert {"cell", "gate"} <= set(report["needs"])
