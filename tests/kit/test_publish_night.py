@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,13 @@ fi
 """
 
 
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["sh", "-c", "command -v xz"], capture_output=True, check=False).returncode != 0,
+    reason="the publish job unpacks the committed history with tar's xz, which GitHub's runners have and this "
+    "machine lacks (Debian: xz-utils)",
+)
+
+
 def git(*args: str, cwd: Path | None = None) -> str:
     identity = ["-c", "user.name=t", "-c", "user.email=t@t"]
     done = subprocess.run(["git", *identity, *args], cwd=cwd, capture_output=True, text=True, check=True)
@@ -53,31 +61,11 @@ def origin(tmp_path_factory) -> Path:
     return bare
 
 
-def test_a_night_lands_on_the_evidence_branch_after_a_refused_push_and_never_reads_the_unattested(origin, tmp_path):
-    # An earlier night, not merged yet: the branch holds a commit main lacks.
-    earlier = tmp_path / "earlier"
-    git("clone", "--quiet", str(origin), str(earlier))
-    git("checkout", "--quiet", "-b", EVIDENCE, cwd=earlier)
-    (earlier / "NOTE-earlier-night").write_text("an earlier night's commit\n")
-    git("add", "NOTE-earlier-night", cwd=earlier)
-    git("commit", "--quiet", "-m", "an earlier night", cwd=earlier)
-    git("push", "--quiet", "origin", EVIDENCE, cwd=earlier)
-    before = git("--git-dir", str(origin), "rev-parse", EVIDENCE)
-    main = git("--git-dir", str(origin), "rev-parse", "main")
-    hook = origin / "hooks" / "pre-receive"
-    hook.write_text(REFUSE_ONCE)
-    hook.chmod(0o755)
-
+def publish(origin: Path, tmp_path: Path, artifacts: Path) -> subprocess.CompletedProcess:
+    """The publish job's script in a fresh checkout of ``origin``, as the job's step runs it."""
     checkout, temp = tmp_path / "checkout", tmp_path / "runner-temp"
     git("clone", "--quiet", str(origin), str(checkout))
     temp.mkdir()
-    artifacts = night(tmp_path)
-    # The cell jobs attested every file but one cell's result.
-    unattested = artifacts / "junit-cuda-wsl2new" / VLLM_VERSION / "cell" / "cuda-wsl2new-v1-eager.xml"
-    attested = [p for p in sorted(artifacts.rglob("*")) if p.is_file() and p != unattested]
-    (tmp_path / "attestations.txt").write_text(
-        "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()} {NIGHT}/attempts/1\n" for p in attested)
-    )
     env = {
         **os.environ,
         "PATH": os.pathsep.join([str(GITHUB_CLI), str(Path(sys.executable).parent), os.environ["PATH"]]),
@@ -94,7 +82,36 @@ def test_a_night_lands_on_the_evidence_branch_after_a_refused_push_and_never_rea
         "WSLPIN_ACT_ATTESTATIONS": str(tmp_path / "attestations.txt"),
     }
     script = [str(checkout / "tools" / "publish-night.sh"), str(artifacts), str(claims_file(tmp_path))]
-    done = subprocess.run(script, cwd=checkout, env=env, capture_output=True, text=True, timeout=900, check=False)
+    return subprocess.run(script, cwd=checkout, env=env, capture_output=True, text=True, timeout=900, check=False)
+
+
+def attest(tmp_path: Path, files: list[Path]) -> None:
+    """What the cell jobs' attestations say (the GitHub CLI stand-in reads them): each file's digest, this run."""
+    (tmp_path / "attestations.txt").write_text(
+        "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()} {NIGHT}/attempts/1\n" for p in files)
+    )
+
+
+def test_a_night_lands_on_the_evidence_branch_after_a_refused_push_and_never_reads_the_unattested(origin, tmp_path):
+    # An earlier night, not merged yet: the branch holds a commit main lacks.
+    earlier = tmp_path / "earlier"
+    git("clone", "--quiet", str(origin), str(earlier))
+    git("checkout", "--quiet", "-b", EVIDENCE, cwd=earlier)
+    (earlier / "NOTE-earlier-night").write_text("an earlier night's commit\n")
+    git("add", "NOTE-earlier-night", cwd=earlier)
+    git("commit", "--quiet", "-m", "an earlier night", cwd=earlier)
+    git("push", "--quiet", "origin", EVIDENCE, cwd=earlier)
+    before = git("--git-dir", str(origin), "rev-parse", EVIDENCE)
+    main = git("--git-dir", str(origin), "rev-parse", "main")
+    hook = origin / "hooks" / "pre-receive"
+    hook.write_text(REFUSE_ONCE)
+    hook.chmod(0o755)
+
+    artifacts = night(tmp_path)
+    # The cell jobs attested every file but one cell's result.
+    unattested = artifacts / "junit-cuda-wsl2new" / VLLM_VERSION / "cell" / "cuda-wsl2new-v1-eager.xml"
+    attest(tmp_path, [p for p in sorted(artifacts.rglob("*")) if p.is_file() and p != unattested])
+    done = publish(origin, tmp_path, artifacts)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     assert f"{EVIDENCE} moved during the night: starting again from it (try 2 of 3)" in done.stdout
@@ -113,4 +130,17 @@ def test_a_night_lands_on_the_evidence_branch_after_a_refused_push_and_never_rea
     assert git("--git-dir", str(origin), "merge-base", "--is-ancestor", before, EVIDENCE) == ""
     (pull,) = json.loads((tmp_path / "pulls.json").read_text())
     assert (pull["head"], pull["base"], pull["repo"]) == (EVIDENCE, "main", "owner/kit")
-    assert (checkout / "site" / "compat.json").is_file()
+    assert json.loads((tmp_path / "checkout" / "site" / "compat.json").read_text())["versions"]
+
+
+def test_a_night_that_adds_nothing_pushes_opens_and_deploys_nothing(origin, tmp_path):
+    branches = git("--git-dir", str(origin), "for-each-ref", "--format=%(refname) %(objectname)")
+    artifacts = night(tmp_path)
+    for runner in ("junit-cuda-wsl2new", "junit-rocm-wsl2new"):  # every runner down: the predictions alone
+        shutil.rmtree(artifacts / runner)
+    done = publish(origin, tmp_path, artifacts)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (tmp_path / "output").read_text() == "added=0\n"
+    assert (tmp_path / "summary.md").read_text().startswith("0 new record(s) in docs/evidence/runs, 0 the same")
+    assert git("--git-dir", str(origin), "for-each-ref", "--format=%(refname) %(objectname)") == branches
+    assert not (tmp_path / "pulls.json").exists() and not (tmp_path / "checkout" / "site").exists()

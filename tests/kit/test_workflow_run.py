@@ -12,24 +12,22 @@ import dataclasses
 import fnmatch
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from xml.etree.ElementTree import Element
 
 import jsonschema
 import pytest
 import yaml
-from conftest import ROOT, committed_history, gpu_machine, run_module
+from conftest import ROOT, gpu_machine
 from package_index import covered, point_pip_at, refusing_url, served, write_index
 
 from matrix.cells import CELLS, Cell, Host, select
 from matrix.envelope import RunInfo
 from matrix.host.here import detected_plan
 from matrix.host.record import EnvironmentRecord
-from matrix.junit import read_cases, write_cell_results, write_cells
+from matrix.junit import write_cell_results
 from matrix.plan import CellPlan, Execution
 from matrix.releases import VLLM_VERSION
 
@@ -348,117 +346,3 @@ def test_the_cell_jobs_tools_go_into_a_venv_of_the_jobs_own(tmp_path):
 def git(where: Path, *args: str) -> str:
     done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, check=True)
     return done.stdout
-
-
-@pytest.fixture
-def published(tmp_path) -> tuple[Path, Path]:
-    """The repository a night's publish job checks out (the published matrix, its history and the doctor's part:
-    what the job reads and writes) and the remote it pushes to."""
-    origin, workspace = tmp_path / "origin.git", tmp_path / "workspace"
-    git(tmp_path, "init", "--quiet", "--bare", "--initial-branch=main", str(origin))
-    for name in ("docs/evidence/history.tar.xz", "docs/matrix/compat.json", "matrix/doctor/matrix.json"):
-        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / name, workspace / name)
-    git(workspace, "init", "--quiet", "--initial-branch=main")
-    git(workspace, "add", ".")
-    git(workspace, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "published")
-    git(workspace, "remote", "add", "origin", str(origin))
-    git(workspace, "push", "--quiet", "origin", "main")
-    return workspace, origin
-
-
-def publish_job(workspace: Path, planned: dict[str, str]) -> tuple[dict[str, str], str]:
-    """The publish job's steps as matrix.yml writes them, each where its condition holds; the job's outputs
-    (its site step's) and its summary."""
-    outputs = workspace / "step-outputs"
-    done = job_step("publish", "Keep the night's GPU results", workspace, RUNNERS=planned["runners"])
-    assert done.returncode == 0, done.stderr
-    added = dict(line.split("=", 1) for line in outputs.read_text().splitlines())["added"]
-    steps = {s.get("name", s.get("uses", "")): s.get("if", "") for s in JOBS["publish"]["steps"]}
-    assert steps["The matrix of every release, from the history and the whole store"] == (
-        "${{ steps.store.outputs.added != '0' }}"
-    )
-    assert steps["Say why nothing is deployed"] == "${{ steps.store.outputs.added == '0' }}"
-    outputs.write_text("")
-    if added != "0":
-        url = "https://example.invalid/run/1"
-        github = {"GITHUB_REF_NAME": "main", "GITHUB_SERVER_URL": "https://example.invalid", "GITHUB_TOKEN": "t"}
-        done = job_step("publish", "The matrix of every release", workspace, ADDED=added, RUN_URL=url, **github)
-    else:
-        done = job_step("publish", "Say why nothing is deployed", workspace)
-    assert done.returncode == 0, done.stderr
-    site = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
-    return site, (workspace / "step-summary.md").read_text()
-
-
-def answers_from_the_history(workspace: Path, job: dict) -> None:
-    """The artifact of a runner that ran its cells natively and got the answers the history predicted: each
-    cell's gate cases of the committed history and a passing case of the reproduction (what only a GPU runs),
-    written with the kit's writer under the runner's envelope."""
-    history = committed_history(workspace / "history")
-    out = workspace / "artifacts" / job["artifact"] / VLLM_VERSION / "cell"
-    cells = [Cell.parse(c) for c in job["cells"]]
-    for cell in cells:
-        plan = CellPlan(cell, Execution.NATIVE, "faked for the test")
-        reproduced = Element("testcase", classname="tests.cell.test_repro", name=f"test_engine_starts[{cell.id}]")
-        cases = [*read_cases(history / VLLM_VERSION / f"{cell.id}.xml"), reproduced]
-        write_cells([plan], cases, runner_run(cell.host), out, "")
-    nox_report(out.parent.parent / f"nox-{job['name']}.json", cells)
-
-
-@pytest.mark.reads_host  # the doctor at the end reads this machine, though every flag names the set-up
-@pytest.mark.skipif(
-    shutil.which("xz") is None,
-    reason="the publish job unpacks the committed history with tar's xz, which GitHub's runners have and this "
-    "machine lacks (Debian: xz-utils)",
-)
-def test_a_night_with_gpu_results_keeps_them_pushes_the_matrix_of_every_release_and_deploys_it(published, planned):
-    workspace, origin = published
-    jobs = [job for job in json.loads(planned["matrix"])["include"] if job["name"] == "cuda-wsl2new"]
-    runner_artifacts(workspace, [], honest=True)  # the gate job's predictions
-    answers_from_the_history(workspace, jobs[0])
-    before = json.loads((workspace / "docs" / "matrix" / "compat.json").read_text())
-    outputs, summary = publish_job(workspace, planned)
-    assert outputs == {"deploy": "true"}
-    assert summary.startswith("4 new record(s) in docs/evidence/runs, 0 the same as one kept before")
-    # Pushed: the records, the matrix made with them and the doctor's part of it, in one commit.
-    pushed = git(origin, "show", "--stat", "--format=%s", "main")
-    assert pushed.startswith("Evidence: 4 new GPU result(s) from https://example.invalid/run/1")
-    records = git(origin, "ls-tree", "-r", "--name-only", "main", "docs/evidence/runs").split()
-    assert sorted(Path(r).parts[3:6] for r in records) == [
-        (VLLM_VERSION, c, "runner") for c in sorted(jobs[0]["cells"])
-    ]
-    assert "docs/matrix/compat.json" in pushed and "matrix/doctor/matrix.json" in pushed
-    site = json.loads((workspace / "site" / "compat.json").read_text())
-    assert [v["vllm"] for v in site["versions"]] == [v["vllm"] for v in before["versions"]]  # every release
-    (release,) = [v for v in site["versions"] if v["vllm"] == VLLM_VERSION]  # the runners' release
-    cells = {c["id"]: c for c in release["cells"]}
-    assert all(cells[c]["evidence"][0].startswith("native run") for c in jobs[0]["cells"])
-    assert "runner faked-runner" in cells["cuda-wsl2new-v2-graph"]["evidence"][0]
-    assert site["diff"]["went_missing"] == []  # like with like: every release in both
-    doctor = json.loads(git(origin, "show", "main:matrix/doctor/matrix.json"))
-    assert "native run" in json.dumps(doctor)
-    # A user asking the doctor about such a set-up, against the deployed matrix, is told what it rests on.
-    wsl2 = "6.6.87.2-microsoft-standard-WSL2"
-    asked = ("--stack", "cuda", "--kernel", wsl2, "--vllm", VLLM_VERSION, "--runner", "v2")
-    answer = run_module("matrix", "doctor", *asked, "--matrix", str(workspace / "site" / "compat.json"))
-    assert answer.returncode == 0, answer.stderr
-    # The faked run holds the gate's cases alone: the pinned-memory question measured, the others predicted still.
-    assert (
-        "partly measured on a GPU (faked for the test): each verdict below says how it is known (measured and "
-        "predicted)"
-    ) in answer.stdout
-    assert re.search(r"pinned memory +slow +measured", answer.stdout), answer.stdout
-    assert "native run on a GPU (faked for the test), runner faked-runner" in answer.stdout
-
-
-def test_a_night_with_every_runner_down_deploys_nothing_and_says_why(published, planned):
-    workspace, origin = published
-    head = git(origin, "rev-parse", "main")
-    runner_artifacts(workspace, [], honest=True)  # the gate job's predictions alone
-    outputs, summary = publish_job(workspace, planned)
-    assert outputs == {}  # no deploy output: the deploy job's condition is false
-    assert JOBS["deploy"]["if"] == "${{ needs.publish.outputs.deploy == 'true' && github.ref == 'refs/heads/main' }}"
-    assert summary.startswith("0 new record(s) in docs/evidence/runs, 0 the same as one kept before")
-    assert "Nothing deployed: the night added nothing to the evidence store" in summary
-    assert git(origin, "rev-parse", "main") == head and not (workspace / "site").exists()
