@@ -665,7 +665,8 @@ def cpu_engine(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none", default=False)
 def readme(session: nox.Session) -> None:
-    """Run the README's marked examples and write what they print; `-- --check` only says which differ (exit 1)."""
+    """Run the marked examples of README.md, CONTRIBUTING.md and docs/*.md and write what they print; `-- --check`
+    only says which differ (exit 1); `-- FILE...` only those files."""
     session.run(sys.executable, "tools/readme.py", *session.posargs)
 
 

@@ -1,17 +1,18 @@
-"""The README's marked examples, made again by running their commands: `nox -s readme` writes them, `--check` compares.
+"""The documents' marked examples, made again by running their commands: `nox -s readme` writes, `--check` compares.
 
-    python3 tools/readme.py [--check] [--quick] [README]
+    python3 tools/readme.py [--check] [--quick] [FILE...]
 
-A marked example is a console block right after a ``<!-- readme: run -->`` line; its first line is
-``$ COMMAND``, which is run from the kit's root as a new user runs it: the system's ``python3`` (no
-virtual environment on PATH), none of vLLM's variables set. The block becomes the command and what
-it printed. ``--check`` writes nothing: it names each block whose output differs and exits 1 (0 when
-all match, 2 for a README without a marked block or a command that fails), so CI fails on an example
-that no longer says what the command prints. Figures of time (``56 s``, ``1 min 3 s``, ``12 ms``)
-are compared as ``N s``: a run's speed is not what an example shows. A block marked ``run slow`` runs for
-minutes (a whole nox session): ``--quick`` leaves those out. A mark's ``from "TEXT"`` shows only the part of the
-output from the last line that starts with TEXT to the next blank line (a session's closing table). Standard
-library only.
+Without a FILE it reads every document a reader is sent to: README.md, CONTRIBUTING.md and docs/*.md (not the
+generated docs/matrix/ nor docs/evidence/). A marked example is a console block right after a
+``<!-- readme: run -->`` line; its first line is ``$ COMMAND``, which is run from the kit's root as a new user
+runs it: the system's ``python3`` (no virtual environment on PATH), none of vLLM's variables set. The block
+becomes the command and what it printed. ``--check`` writes nothing: it names each block whose output differs,
+with its file, and exits 1 (0 when all match, 2 when no document has a marked block, a FILE named has none, or a
+command fails), so CI fails on an example that no longer says what the command prints. Figures of time
+(``56 s``, ``1 min 3 s``, ``12 ms``) are compared as ``N s``: a run's speed is not what an example shows. A
+block marked ``run slow`` runs for minutes (a whole nox session): ``--quick`` leaves those out. A mark's
+``from "TEXT"`` shows only the part of the output from the last line that starts with TEXT to the next blank
+line (a session's closing table). Standard library only.
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ UNSET_PREFIXES = ("VLLM_", "WSLPIN_")
 
 
 class ReadmeError(RuntimeError):
-    """A README without a marked block, or a marked command that failed: one line for a person."""
+    """No marked block where one was asked for, or a marked command that failed: one line for a person."""
 
 
 @dataclass(frozen=True)
 class Example:
     command: str
-    output: str  # as the README shows it
-    span: tuple[int, int]  # where the block is in the README's text
+    output: str  # as the document shows it
+    span: tuple[int, int]  # where the block is in the document's text
     slow: bool = False
     start: str | None = None  # the example shows the output from the last line starting with this
 
@@ -101,29 +102,58 @@ def same(shown: str, printed: str) -> bool:
     return TIME.sub("N s", shown) == TIME.sub("N s", printed)
 
 
+def documents(root: Path = ROOT) -> list[Path]:
+    """Every document a reader is sent to, where marked examples may be: README.md, CONTRIBUTING.md, docs/*.md."""
+    named = [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").glob("*.md"))]
+    return [path for path in named if path.is_file()]
+
+
+def shown_name(path: Path, root: Path = ROOT) -> str:
+    """The document as a person finds it: relative to the kit's root, or its own name elsewhere."""
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return path.name
+
+
 def main(argv: list[str]) -> int:
     check, quick = "--check" in argv, "--quick" in argv
-    paths = [a for a in argv if a not in ("--check", "--quick")]
-    readme = Path(paths[0]) if paths else ROOT / "README.md"
-    text = readme.read_text()
-    found = examples(text)
+    named = [Path(a) for a in argv if a not in ("--check", "--quick")]
+    paths = named or documents()
+    texts = {path: path.read_text() for path in paths}
+    found = {path: examples(text) for path, text in texts.items()}
     try:
-        if not found:
-            raise ReadmeError(f"{readme} has no example marked {MARK}")
-        found = [e for e in found if not (quick and e.slow)]
-        printed = [e.shown(run(e.command)) for e in found]
+        for path in named:
+            if not found[path]:
+                raise ReadmeError(f"{shown_name(path)} has no example marked {MARK}")
+        if not any(found.values()):
+            raise ReadmeError(f"none of {', '.join(shown_name(p) for p in paths)} has an example marked {MARK}")
+        found = {path: [e for e in ex if not (quick and e.slow)] for path, ex in found.items()}
+        printed = {path: [e.shown(run(e.command)) for e in ex] for path, ex in found.items()}
     except ReadmeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    stale = [e.command for e, out in zip(found, printed, strict=True) if not same(e.output, out)]
+    stale = {
+        path: [e for e, out in zip(ex, printed[path], strict=True) if not same(e.output, out)]
+        for path, ex in found.items()
+    }
     if check:
-        for command in stale:
-            print(f"stale: the README's example of `{command}` is not what it prints now: run `nox -s readme`")
-        return 1 if stale else 0
-    for e, out in sorted(zip(found, printed, strict=True), key=lambda pair: pair[0].span, reverse=True):
-        text = text[: e.span[0]] + block(e, out) + text[e.span[1] :]
-    readme.write_text(text)
-    print(f"{len(found)} example(s) run, {len(stale)} rewritten in {readme.name}")
+        for path, examples_ in stale.items():
+            for e in examples_:
+                print(
+                    f"stale: {shown_name(path)}'s example of `{e.command}` is not what it prints now: "
+                    "run `nox -s readme`"
+                )
+        return 1 if any(stale.values()) else 0
+    for path, ex in found.items():
+        if not ex:
+            continue
+        text = texts[path]
+        for e, out in sorted(zip(ex, printed[path], strict=True), key=lambda pair: pair[0].span, reverse=True):
+            text = text[: e.span[0]] + block(e, out) + text[e.span[1] :]
+        if text != texts[path]:
+            path.write_text(text)
+        print(f"{len(ex)} example(s) run, {len(stale[path])} rewritten in {shown_name(path)}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The README's marked examples (tools/readme.py): made by running their commands, and checked against them."""
+"""The documents' marked examples (tools/readme.py): made by running their commands, and checked against them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from tools.readme import new_user_env
+from tools.readme import documents, examples, new_user_env
 
 TOOL = [sys.executable, str(ROOT / "tools" / "readme.py")]
 
@@ -42,9 +42,7 @@ def test_a_stale_example_is_named_then_rewritten_and_a_timing_is_no_difference(t
     readme.write_text(readme.read_text().replace("55 s\n3 cells", "55 s\n2 cells"))
     stale = readme_tool("--check", str(readme))
     assert stale.returncode == 1
-    assert (
-        stale.stdout == f"stale: the README's example of `{command}` is not what it prints now: run `nox -s readme`\n"
-    )
+    assert stale.stdout == f"stale: README.md's example of `{command}` is not what it prints now: run `nox -s readme`\n"
     assert "55 s\n2 cells" in readme.read_text()  # --check writes nothing
     assert readme_tool(str(readme)).returncode == 0
     assert readme.read_text().endswith(f"```console\n$ {command}\nran in 1.3 s\n3 cells\n```\n\nText.\n")
@@ -75,3 +73,31 @@ def test_a_slow_example_shows_the_part_its_mark_names_and_quick_leaves_it_out(tm
     readme.write_text(readme.read_text().replace('"cell "', '"table "'))
     done = readme_tool("--check", str(readme))
     assert done.returncode == 2 and "printed no line starting with 'table '" in done.stderr
+
+
+def test_every_document_a_reader_is_sent_to_is_read_and_the_examples_are_in_more_than_the_readme():
+    names = [str(path.relative_to(ROOT)) for path in documents()]
+    assert names[:2] == ["README.md", "CONTRIBUTING.md"]
+    assert "docs/using.md" in names and "docs/doctor.md" in names
+    assert not [name for name in names if name.startswith(("docs/matrix/", "docs/evidence/"))]
+    marked = {name for name, path in zip(names, documents(), strict=True) if examples(path.read_text())}
+    assert {"README.md", "docs/using.md"} <= marked
+
+
+def test_each_file_named_is_checked_and_rewritten_apart_and_a_stale_one_is_named_by_its_file(tmp_path):
+    good, stale, bare = tmp_path / "good.md", tmp_path / "stale.md", tmp_path / "bare.md"
+    block = "<!-- readme: run -->\n```console\n$ python3 -c 'print(1)'\n{}\n```\n"
+    good.write_text(block.format("1"))
+    stale.write_text("# Guide\n\n" + block.format("2"))
+    bare.write_text("# Nothing generated here\n")
+    done = readme_tool("--check", str(good), str(stale))
+    assert (done.returncode, done.stdout) == (
+        1,
+        "stale: stale.md's example of `python3 -c 'print(1)'` is not what it prints now: run `nox -s readme`\n",
+    )
+    assert readme_tool(str(good), str(stale)).returncode == 0
+    assert stale.read_text() == "# Guide\n\n" + block.format("1")
+    assert readme_tool("--check", str(good), str(stale)).returncode == 0
+    # A file named that holds no example is a mistake, even beside one that does.
+    done = readme_tool("--check", str(good), str(bare))
+    assert done.returncode == 2 and "bare.md has no example marked" in done.stderr
