@@ -254,7 +254,10 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     written = write_file(out, f"wslpin-bundle-{bundle.vllm}-{stamp}.json", bundle.to_json().encode())
     cells = ", ".join(c.cell for c in bundle.cells)
     print(f"wrote {written}: vLLM {bundle.vllm}, kit {bundle.kit_commit}, {len(bundle.cells)} cell(s): {cells}")
-    print("every text in it was scrubbed of credentials and home directories; read it before you send it")
+    print(
+        "every text in it was scrubbed of credentials, addresses, home directories and this machine's and your names;"
+        " read it before you send it"
+    )
     if predicted := predicted_cells(bundle):
         print(
             f"warning: {', '.join(predicted)} ran gate-only (vLLM's decisions, no GPU): the kit keeps a bundle only "

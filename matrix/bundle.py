@@ -1,10 +1,10 @@
 """A community bundle: a user's own cell results, sent back to the kit as one file, checked when it comes in.
 
 The people with the hardware the kit's runners lack are the ones asking whether their set-up works. After a cell
-session on their own machine, ``python -m matrix bundle`` writes one file: each cell's JUnit file (every value
-and text in it scrubbed of credentials and home directories, as the environment record was when it was written:
-a failure's message can name either) and the environment record it was run under, each with its SHA-256, with
-the kit commit and the vLLM release. They attach it to the repository's
+session on their own machine, ``python -m matrix bundle`` writes one file: each cell's JUnit file and the
+environment record it was run under, every value and text in them scrubbed (``matrix.host.classify.scrub``: a
+failure's message can name a credential, a home, an address, the machine, its distribution or its user, each
+replaced), each with its SHA-256, with the kit commit and the vLLM release. They attach it to the repository's
 issue form (``.github/ISSUE_TEMPLATE/community-result.yml``).
 
 A maintainer ingests bundles with ``python -m matrix report --community DIR`` (shown, never published) or keeps
@@ -22,7 +22,6 @@ import datetime as dt
 import hashlib
 import io
 import json
-import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -34,9 +33,10 @@ from matrix.cells import Cell
 from matrix.envelope import Envelope
 from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input
-from matrix.host.classify import homes_of, scrub
+from matrix.host.classify import Names, environment_hash, scrub, scrubbed
+from matrix.host.facts import names_here
 from matrix.host.record import EnvironmentRecord
-from matrix.junit import kit_relative
+from matrix.junit import kit_relative, restate
 from matrix.layout import run_dir
 from matrix.plan import Execution, Plan
 from matrix.report.reading import UnreadableError, parse, suites
@@ -99,7 +99,7 @@ def make(results: Path, vllm: str, now: dt.datetime | None = None) -> Bundle:
             f'no cell results in {where}: run your cell first, e.g. nox -s "cell(cuda, wsl2new, v2, graph)" '
             f"-- --vllm {vllm}"
         )
-    homes = homes_of(dict(os.environ))
+    here = names_here()
     cells, commits = [], set()
     for path in found:
         try:
@@ -112,11 +112,18 @@ def make(results: Path, vllm: str, now: dt.datetime | None = None) -> Bundle:
             raise MatrixError(f"{path} says the cell was misrouted: nothing of vLLM's to send")
         env = path.with_name(f"{envelope.cell.id}.env.json")
         try:
-            env_text = read_input(env).decode()
-        except (InputFileError, UnicodeDecodeError):
-            raise MatrixError(f"{env} is missing or unreadable: run the cell session again") from None
+            data = parse_json(read_input(env))
+        except (InputFileError, MatrixError):
+            data = None
+        if not isinstance(data, dict):
+            raise MatrixError(f"{env} is missing or unreadable: run the cell session again")
+        # Not checked here: intake checks it, and refuses the bundle in one line where it is no record.
+        record = EnvironmentRecord(data)
         commits.add(envelope.kit_commit)
-        cells.append(BundledCell(envelope.cell.id, _scrubbed(root, homes), env_text))
+        # The machine as it knows itself and as the record it ran under names it.
+        known = here.also(record.names)
+        env_text = _rehashed(root, record, known)
+        cells.append(BundledCell(envelope.cell.id, tostring(scrub_tree(root, known), encoding="unicode"), env_text))
     (commit,) = commits if len(commits) == 1 else ("",)
     if not _COMMIT.fullmatch(commit):
         said = ", ".join(sorted(commits))
@@ -128,14 +135,23 @@ def make(results: Path, vllm: str, now: dt.datetime | None = None) -> Bundle:
     return Bundle(vllm, commit, created, tuple(cells))
 
 
-def _scrubbed(root: Element, homes: tuple[str, ...]) -> str:
-    """The JUnit file read into ``root``, every attribute value and text scrubbed (matrix.host.classify.scrub)
-    element by element: a replacement such as ``<redacted>`` is escaped as XML, never breaks it."""
+def _rehashed(root: Element, record: EnvironmentRecord, known: Names) -> str:
+    """The text of ``record`` scrubbed, hashed again, and the envelope in ``root`` naming that hash: a hash of what
+    was taken out would let anyone try names against it until one gives the hash."""
+    data = {key: scrubbed(value, known) for key, value in record.data.items()}
+    data["env_hash"] = digest = environment_hash(data)
+    restate(root, "env_hash", record.env_hash, digest)
+    return EnvironmentRecord(data).to_json()
+
+
+def scrub_tree(root: Element, known: Names) -> Element:
+    """``root`` with every attribute value and text scrubbed (matrix.host.classify.scrub), element by element, in
+    place: a replacement such as ``<redacted>`` is escaped as XML when written, never breaks it."""
     for elem in root.iter():
-        elem.attrib.update({name: scrub(kit_relative(value), homes) for name, value in elem.attrib.items()})
-        elem.text = scrub(kit_relative(elem.text), homes) if elem.text else elem.text
-        elem.tail = scrub(elem.tail, homes) if elem.tail else elem.tail
-    return tostring(root, encoding="unicode")
+        elem.attrib.update({name: scrub(kit_relative(value), known) for name, value in elem.attrib.items()})
+        elem.text = scrub(kit_relative(elem.text), known) if elem.text else elem.text
+        elem.tail = scrub(elem.tail, known) if elem.tail else elem.tail
+    return root
 
 
 def predicted_cells(bundle: Bundle) -> list[str]:

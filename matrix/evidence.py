@@ -40,13 +40,14 @@ from xml.etree.ElementTree import Element
 from packaging.version import InvalidVersion, Version
 
 from matrix.bounded_json import parse as parse_json
-from matrix.bundle import KIT, check, load
+from matrix.bundle import KIT, check, load, scrub_tree
 from matrix.cells import Stack
 from matrix.envelope import Envelope
 from matrix.errors import MatrixError
 from matrix.files import InputFileError, read_input, write_file
 from matrix.groups import GROUP_TESTS
 from matrix.history_cache import COMMITTED_HISTORY, VOLATILE_CASE_PROPERTIES
+from matrix.host.classify import scrub
 from matrix.host.record import EnvironmentRecord
 from matrix.junit import properties, record_file
 from matrix.layout import ENGINE_BENCH_SUFFIX, ENGINE_BENCHES, PROBES
@@ -335,8 +336,13 @@ def add_bundles(bundles: list[Path], store: Path, kit: Path = KIT, now: dt.datet
         except MatrixError as exc:
             added.not_kept.append(NotKept(str(path), "", f"refused: {exc}"))
             continue
-        for envelope, cases, _ in checked.suites:
-            _put(store, Source.COMMUNITY, envelope, cases, added)
+        for envelope, cases, record in checked.suites:
+            # What the record says names the machine is taken out of what is kept (a bundle's maker took out what
+            # its machine knew; one made otherwise may hold it).
+            known = record.names
+            props = {name: scrub(value, known) for name, value in envelope.to_properties().items()}
+            kept = [scrub_tree(case, known) for case in cases]
+            _put(store, Source.COMMUNITY, Envelope.from_properties(props), kept, added)
     return added
 
 

@@ -102,6 +102,14 @@ def properties(elem: Element) -> dict[str, str]:
     return props
 
 
+def restate(root: Element, name: str, was: str, now: str) -> None:
+    """Every property ``name`` in ``root`` that says ``was`` made to say ``now``, in place: a bundle's envelopes
+    name the environment record by its hash, which the bundle makes again over the record it scrubbed."""
+    for prop in root.iter("property"):
+        if prop.get("name") == name and prop.get("value") == was:
+            prop.set("value", now)
+
+
 def _add_properties(parent: Element, props: Mapping[str, str]) -> None:
     container = SubElement(parent, "properties")
     for name, value in props.items():

@@ -8,10 +8,12 @@ collection time and this Python's version.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import platform
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -52,6 +54,9 @@ TOKEN_SHAPES = re.compile(
     r"|sk-[A-Za-z0-9_-]{20,}"  # OpenAI-style API keys
     r"|xox[abposr]-[A-Za-z0-9-]{10,}"  # Slack
     r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"  # JWTs
+    r"|gl(?:pat|ptt|dt|rt|rtr|cbt|oas|imt|soat|ffct|agent|ft|wt)-[A-Za-z0-9_-]{20,}"  # GitLab
+    r"|GR1348941[A-Za-z0-9_-]{20,}"  # GitLab runner registration
+    r"|bk[a-z]{2}_[A-Za-z0-9]{20,}"  # Buildkite
     r")"
 )
 # Credentials by their place in a value: after an authorisation scheme, a password-like option or a key=.
@@ -69,8 +74,29 @@ KEY_RUN = re.compile(r"[A-Za-z0-9+/_-]{32,}={0,2}")
 KEY_CASE_CHANGES = 0.3
 URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
 QUERY_VALUE = re.compile(r"([^&;=]+)=([^&;]*)")
-# A person's home: its name is the user's, and everything under it is theirs.
-HOME_PATHS = re.compile(r"(?:/home/[^/\s:;]+|/Users/[^/\s:;]+|/root|[A-Za-z]:\\Users\\[^\\\s;]+)(?=[/\\\s:;]|$)")
+# A person's home: its name is the user's, and everything under it is theirs. Windows' own, seen from WSL
+# (/mnt/c/Users/...), and a distribution's, seen from Windows (\\wsl$\<distro>\home\...), are homes too.
+HOME_PATHS = re.compile(
+    r"(?:(?:/mnt/[A-Za-z])?/Users/[^/\s:;]+|/root|[A-Za-z]:\\Users\\[^\\\s;]+"
+    r"|(?:[/\\]{2}wsl(?:\$|\.localhost)[/\\][^/\\\s:;]+)?[/\\]home[/\\][^/\\\s:;]+)(?=[/\\\s:;]|$)"
+)
+# A WSL distribution, named as Windows reaches its files: the user named it.
+WSL_SHARE = re.compile(r"([/\\]{2}wsl(?:\$|\.localhost)[/\\])[^/\\\s:;]+")
+EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+# Addresses of a private network say where a user works; loopback and public ones say nothing of them (and a
+# public one is not told from a version: 6.6.87.2 is a kernel).
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+PRIVATE_IP = re.compile(
+    rf"(?<![\w.])(?:10(?:\.{_OCTET}){{3}}|(?:172\.(?:1[6-9]|2\d|3[01])|192\.168|100\.(?:6[4-9]|[7-9]\d|1[01]\d|12[0-7])"
+    rf"|169\.254)(?:\.{_OCTET}){{2}})(?![\w-]|\.\d)"
+    r"|(?i:(?<![\w:.])(?:f[cd][0-9a-f]{2}|fe[89ab][0-9a-f])(?::[0-9a-f]{0,4}){2,7}(?:%[\w.-]+)?(?![\w:]))"
+)
+# A URL's path segment holding a run as random as a key (a webhook's or a bot's token); not hex, which is a commit.
+SEGMENT_RUN = re.compile(r"[A-Za-z0-9]{16,}")
+SEGMENT_CHANGES = 0.3
+# A name of the machine or its user is kept out from this length on wherever it is a word, any shorter one only
+# where it is a whole part of a path: a user named "ai" must not take "main" or "cuda" with it.
+WORD_NAME = 3
 
 
 @dataclass(frozen=True)
@@ -220,46 +246,133 @@ def _key_like(run: str) -> bool:
     return sum(a.isupper() != b.isupper() for a, b in pairs) >= KEY_CASE_CHANGES * len(pairs)
 
 
+def _token_segment(segment: str) -> bool:
+    """Whether a URL's path segment holds a run of letters and digits that change kind as often as random ones do
+    (words, versions and model names change at their parts' starts only); hex never (commits, digests)."""
+    for run in SEGMENT_RUN.findall(segment):
+        if re.fullmatch(r"[0-9a-fA-F]+", run) or not (re.search("[A-Za-z]", run) and re.search("[0-9]", run)):
+            continue
+        kinds = ["d" if c.isdigit() else "u" if c.isupper() else "l" for c in run]
+        if sum(a != b for a, b in zip(kinds, kinds[1:])) >= SEGMENT_CHANGES * (len(run) - 1):
+            return True
+    return False
+
+
 def _redact_url(url: str) -> str:
-    """The URL's scheme, host and path; its user, password and every query or fragment value replaced."""
+    """The URL's scheme, host and path; its user, password, every query or fragment value and every path segment
+    holding a token (a webhook's, a bot's) replaced."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return REDACTED
     host = parts.netloc.rpartition("@")[2]
     netloc = f"{REDACTED}@{host}" if "@" in parts.netloc else host
+    path = "/".join(REDACTED if _token_segment(segment) else segment for segment in parts.path.split("/"))
     query = QUERY_VALUE.sub(rf"\1={REDACTED}", parts.query)
     fragment = QUERY_VALUE.sub(rf"\1={REDACTED}", parts.fragment)
     return (
-        f"{parts.scheme}://{netloc}{parts.path}"
+        f"{parts.scheme}://{netloc}{path}"
         + (f"?{query}" if "?" in url else "")
         + (f"#{fragment}" if "#" in url else "")
     )
 
 
-def scrub(value: str, homes: tuple[str, ...] = ()) -> str:
-    """A value fit for a public record: credentials by their shape replaced, a home directory shown as ``~``.
+@dataclass(frozen=True)
+class Names:
+    """What names one machine and its user, as the machine itself knows it: none of it is for a public record.
 
-    ``homes`` are this machine's home directories ($HOME and the like), besides the usual places.
+    ``homes`` (longest first) are shown as ``~``; ``hosts``, ``distros`` and ``users`` as ``<host>``,
+    ``<distro>`` and ``<user>``.
     """
+
+    homes: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    distros: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        homes: Iterable[str] = (),
+        hosts: Iterable[str] = (),
+        distros: Iterable[str] = (),
+        users: Iterable[str] = (),
+    ) -> Names:
+        """The names given, each once, longest first (a name that holds another goes before it); a host's short
+        name beside its full one; never the root of a file system, nor what names every machine (localhost)."""
+
+        def kept(found: Iterable[str], shortest: int) -> tuple[str, ...]:
+            unique = {name.casefold(): name for name in (n.strip() for n in found) if len(name) >= shortest}
+            return tuple(sorted(unique.values(), key=lambda name: (-len(name), name)))
+
+        homes = (home.rstrip("/\\") for home in homes)
+        # An address is no name (a private one goes by its shape): its first part would take every such number.
+        hosts = [part for host in hosts for part in (host, host.partition(".")[0]) if re.search("[A-Za-z]", part)]
+        return cls(
+            homes=tuple(sorted({home for home in homes if len(home) > 3}, key=len, reverse=True)),
+            hosts=tuple(host for host in kept(hosts, WORD_NAME) if host.casefold() not in ("localhost", "localdomain")),
+            distros=kept(distros, WORD_NAME),
+            users=kept(users, 2),
+        )
+
+    def also(self, other: Names) -> Names:
+        """The names of both: a bundle's machine as it knows itself and as its records name it."""
+        return Names.of(
+            self.homes + other.homes, self.hosts + other.hosts, self.distros + other.distros, self.users + other.users
+        )
+
+
+def names_of(environ: Mapping[str, str], nodes: Iterable[str] = ()) -> Names:
+    """The names of the machine whose environment is ``environ`` and whose network names are ``nodes``: its homes
+    ($HOME, %USERPROFILE%), its user (their login name and their home's last part) and its WSL distribution."""
+    homes = [environ.get(name, "") for name in ("HOME", "USERPROFILE")]
+    users = [environ.get(name, "") for name in ("USER", "LOGNAME", "USERNAME")]
+    users += [re.split(r"[/\\]", home.rstrip("/\\"))[-1] for home in homes if len(home.rstrip("/\\")) > 3]
+    return Names.of(homes, nodes, [environ.get("WSL_DISTRO_NAME", "")], users)
+
+
+@functools.lru_cache(maxsize=64)
+def _literal_names(known: Names) -> re.Pattern[str] | None:
+    """One pattern for every name of ``known`` but its homes, each a group named by its placeholder: a host with
+    the domain after it, any name as a word (from WORD_NAME letters on), a user's as a whole part of a path."""
+
+    def words(found: tuple[str, ...]) -> str:
+        return "|".join(re.escape(name) for name in found if len(name) >= WORD_NAME)
+
+    word_start, word_end = r"(?<![\w.<-])", r"(?![\w-]|\.\w)"
+    hosts, distros, users = words(known.hosts), words(known.distros), words(known.users)
+    groups = []
+    if hosts:
+        groups.append(rf"(?P<host>{word_start}(?:{hosts})(?:\.[A-Za-z0-9-]+)*(?![\w-]))")
+    if distros:
+        groups.append(rf"(?P<distro>{word_start}(?:{distros}){word_end})")
+    if known.users:
+        as_word = rf"|{word_start}(?:{users}){word_end}" if users else ""
+        every = "|".join(map(re.escape, known.users))
+        groups.append(rf"(?P<user>(?<=[/\\])(?:{every})(?=[/\\\s:;'\"]|$){as_word})")
+    return re.compile("|".join(groups), re.IGNORECASE) if groups else None
+
+
+def scrub(value: str, known: Names = Names()) -> str:
+    """A value fit for a public record: credentials, e-mail and private network addresses by their shape replaced,
+    a home directory shown as ``~``, a WSL distribution reached from Windows as ``<distro>``; and each of ``known``
+    (this machine's names, besides the usual places of a home) replaced by its placeholder."""
     value = URL.sub(lambda m: _redact_url(m.group()), value)
     value = SECRET_AFTER.sub(lambda m: m.group(1) + REDACTED, value)
     value = TOKEN_SHAPES.sub(REDACTED, value)
     value = KEY_RUN.sub(lambda m: REDACTED if _key_like(m.group()) else m.group(), value)
-    for home in homes:
+    value = EMAIL.sub("<email>", value)
+    for home in known.homes:
         value = re.sub(re.escape(home) + r"(?=[/\\\s:;]|$)", "~", value)
-    return HOME_PATHS.sub("~", value)
-
-
-def homes_of(environ: dict[str, str]) -> tuple[str, ...]:
-    """This machine's home directories, as its environment names them; never the root of the file system."""
-    found = (environ.get(name, "").rstrip("/\\") for name in ("HOME", "USERPROFILE"))
-    return tuple(sorted({home for home in found if len(home) > 3}, key=len, reverse=True))
+    value = WSL_SHARE.sub(r"\1<distro>", HOME_PATHS.sub("~", value))
+    value = PRIVATE_IP.sub("<ip>", value)
+    literal = _literal_names(known)
+    return literal.sub(lambda m: f"<{m.lastgroup}>", value) if literal else value
 
 
 def redact(environ: dict[str, str]) -> dict[str, str]:
     """The recorded subset of the environment: values of secret-named variables replaced, the rest scrubbed."""
-    homes = homes_of(environ)
+    known = Names(homes=names_of(environ).homes)
     kept = {}
     for name in sorted(environ):
         upper = name.upper()
@@ -269,18 +382,18 @@ def redact(environ: dict[str, str]) -> dict[str, str]:
         ):
             kept[name] = REDACTED
         elif recorded:
-            kept[name] = scrub(environ[name], homes)
+            kept[name] = scrub(environ[name], known)
     return kept
 
 
-def _scrubbed(value: object, homes: tuple[str, ...]) -> object:
+def scrubbed(value: object, known: Names) -> object:
     """Every string in a JSON value scrubbed: tool paths and a failed allocation's message can name a home."""
     if isinstance(value, str):
-        return scrub(value, homes)
+        return scrub(value, known)
     if isinstance(value, dict):
-        return {key: _scrubbed(item, homes) for key, item in value.items()}
+        return {key: scrubbed(item, known) for key, item in value.items()}
     if isinstance(value, list):
-        return [_scrubbed(item, homes) for item in value]
+        return [scrubbed(item, known) for item in value]
     return value
 
 
@@ -320,8 +433,9 @@ def environment_record(facts: HostFacts, pinned_allocation: dict | None = None) 
         },
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
     }
-    homes = homes_of(facts.environ)
-    body = {key: _scrubbed(value, homes) for key, value in body.items()}
+    # Its homes only: the record names its machine, for the kit's own runners; a bundle takes the rest out.
+    homes = Names(homes=names_of(facts.environ).homes)
+    body = {key: scrubbed(value, homes) for key, value in body.items()}
     body["environment"] = redact(facts.environ)
     body["env_hash"] = environment_hash(body)
     return {"collected_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **body}

@@ -16,6 +16,7 @@ import re
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 from matrix.host import reads
-from matrix.host.classify import Gpu, HostFacts, detect, environment_record
+from matrix.host.classify import Gpu, HostFacts, Names, detect, environment_record, names_of
 
 # WSL keeps the Windows-side tools here; they are not always on PATH.
 WSL_LIB = "/usr/lib/wsl/lib"
@@ -256,3 +257,10 @@ def runner_name() -> str:
         return os.environ["RUNNER_NAME"]
     reads.record("runner_name: the node name")
     return platform.node()
+
+
+def names_here() -> Names:
+    """What names this machine and its user (``matrix.host.classify.Names``): its environment, its node name and
+    its fully qualified one. None of it is for what a user sends the kit."""
+    reads.record("names_here: the environment, the node name and the fully qualified domain name")
+    return names_of(os.environ, (platform.node(), socket.getfqdn()))

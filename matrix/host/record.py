@@ -16,7 +16,7 @@ from typing import Any, Tuple, Union
 
 from matrix.cells import Host, Stack
 from matrix.errors import MatrixError
-from matrix.host.classify import ENV_SCHEMA, DetectedHost, Gpu, HostFacts
+from matrix.host.classify import ENV_SCHEMA, DetectedHost, Gpu, HostFacts, Names
 from matrix.layout import UNKNOWN_RELEASE
 from matrix.records import read_record
 
@@ -144,6 +144,13 @@ class EnvironmentRecord:
     def node(self) -> str:
         """The machine's network name (uname), which names the runner where no other name is known."""
         return self._text("uname", "node")
+
+    @property
+    def names(self) -> Names:
+        """What in the record names its machine, as a bundle's intake takes it out of a user's results: its node
+        and its WSL distribution (its homes it already shows as ``~``)."""
+        distros = (self._text("wsl", "distro"), self._text("environment", "WSL_DISTRO_NAME"))
+        return Names.of(hosts=(self.node,), distros=distros)
 
     @property
     def vllm_release(self) -> str:

@@ -27,6 +27,7 @@ from matrix.releases import VLLM_VERSION
 from matrix.report.claims import load_claims
 from matrix.report.model import build_report
 from matrix.report.outputs import report_outputs
+from matrix.report.reading import parse
 
 WSL2NEW = select("cuda-wsl2new-*")
 GATE = RunInfo(
@@ -401,11 +402,10 @@ def test_the_published_schema_names_every_source():
 
 def test_a_gpu_users_bundle_is_kept_as_theirs_and_one_naming_the_kits_own_runner_is_refused(tmp_path):
     """A bundle as `python -m matrix bundle` makes it on a WSL2 machine with a GPU (faked: neither exists here)."""
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
     store, cell = tmp_path / "store", "cuda-wsl2new-v2-graph"
 
     def sent(name: str, runner_name: str) -> Path:
-        run = dataclasses.replace(runner(runner_name, "wsl2new"), kit_commit=head.stdout.strip())
+        run = dataclasses.replace(runner(runner_name, "wsl2new"), kit_commit=kit_head())
         out = results(tmp_path / runner_name, select(cell), Execution.NATIVE, run)
         files = BundledCell(cell, (out / f"{cell}.xml").read_text(), (out / f"{cell}.env.json").read_text())
         path = tmp_path / name
@@ -431,3 +431,76 @@ def test_a_gpu_users_bundle_is_kept_as_theirs_and_one_naming_the_kits_own_runner
     assert refused.new == [] and [item.reason for item in refused.not_kept] == [
         f"refused: {cell} names 'wsl-box', one of the kit's own runners"
     ]
+
+
+# What a user's failure can say of them, their machine and their network: none of it may be published.
+FQDN, DISTRO, SLACK_KEY = "alice-desktop.corp.example.com", "Ubuntu-22.04", "Xq7ZpL2mRt9WcV4kNb8HsJ3f"
+GITLAB, BUILDKITE = "glpat-Ab3dE6gH9jK2mN5pQ8rS", "bkua_" + "0123456789abcdef" * 2 + "01234567"
+SAID = (
+    f"{FQDN} on {DISTRO}: alice@example.com 10.1.2.3 192.168.0.7:8000 "
+    f"https://hooks.slack.com/services/T0123ABCD/B0456EFGH/{SLACK_KEY} /mnt/c/Users/Alice/x {GITLAB} {BUILDKITE}"
+)
+LEAKS = (FQDN, "alice", "corp.example", DISTRO, "10.1.2.3", "192.168.0.7", SLACK_KEY, GITLAB, BUILDKITE)
+
+
+def leaked(text: str) -> list[str]:
+    return [leak for leak in LEAKS if leak.casefold() in text.casefold()]
+
+
+def kit_head() -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def users_bundle(tmp_path: Path, cell: str, said: str) -> Path:
+    """The results a cell session writes on the user's WSL2 machine with a GPU, named as their machine names
+    itself: its record's node and distribution, and the runner name a session outside CI takes (the node's)."""
+    record = gpu_machine("wsl2new")
+    record["uname"]["node"] = FQDN
+    record["wsl"]["distro"] = record["environment"]["WSL_DISTRO_NAME"] = DISTRO
+    run = dataclasses.replace(runner(FQDN, "wsl2new"), env=EnvironmentRecord(record), kit_commit=kit_head())
+    return results(tmp_path / "results" / VLLM_VERSION / "cell", select(cell), Execution.NATIVE, run, said)
+
+
+def kept_message(record: Path) -> str:
+    failure = parse(record).find(".//failure")
+    assert failure is not None
+    return failure.get("message", "")
+
+
+@pytest.mark.reads_host  # the bundle reads the names of the machine it is made on
+def test_what_a_users_failure_says_of_them_reaches_neither_their_bundle_nor_the_store(tmp_path):
+    cell = "cuda-wsl2new-v2-graph"
+    users_bundle(tmp_path, cell, f"{SAID} /data/alice/models")
+    user = {"HOME": "/home/alice", "USER": "alice", "WSL_DISTRO_NAME": DISTRO}
+    made = run_module(
+        "matrix", "bundle", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out"), env=user
+    )
+    assert made.returncode == 0, made.stderr
+    (bundle,) = (tmp_path / "out").glob("*.json")
+    store = tmp_path / "store"
+    added = run_module("matrix", "evidence", "add", str(bundle), "--source", "community", "--store", str(store))
+    assert added.stdout.startswith(f"1 new record(s) in {store}, 0 the same"), added.stdout + added.stderr
+    (kept,) = store.rglob("*.xml")
+    said = [bundle.read_text(), made.stdout + made.stderr, kept.read_text(), added.stdout + added.stderr]
+    assert [leaked(text) for text in said] == [[]] * 4
+    # What is left still says what each was; the runner the session named (this machine) is the machine too.
+    assert kept_message(kept) == (
+        "<host> on <distro>: <email> <ip> <ip>:8000 https://hooks.slack.com/services/T0123ABCD/B0456EFGH/<redacted> "
+        "~/x <redacted> <redacted> /data/<user>/models trace"
+    )
+    assert 'name="runner_name" value="&lt;host&gt;"' in kept.read_text()
+
+
+def test_what_a_bundles_own_record_names_of_its_machine_is_taken_out_of_what_the_store_keeps(tmp_path):
+    """A bundle made otherwise than by `matrix bundle` (by hand, by an older kit): its texts as the session wrote
+    them. What its own environment record names of the machine, and every shape, are taken out at intake."""
+    cell = "cuda-wsl2new-v2-graph"
+    out = users_bundle(tmp_path, cell, SAID)
+    files = BundledCell(cell, (out / f"{cell}.xml").read_text(), (out / f"{cell}.env.json").read_text())
+    assert FQDN in files.junit and DISTRO in files.env
+    sent = tmp_path / "sent.json"
+    sent.write_text(Bundle(VLLM_VERSION, kit_head(), "2026-12-02T03:20:00+00:00", (files,)).to_json())
+    (kept,) = add_bundles([sent], tmp_path / "store", kit=ROOT).new
+    assert leaked(kept.read_text()) == []
+    assert kept_message(kept).startswith("<host> on <distro>: <email> <ip> <ip>:8000 ")

@@ -164,6 +164,7 @@ def test_no_runner_path_reaches_the_store_or_the_report(tmp_path):
     assert all("~/.cache/vllm" in text for text in published[:4])
 
 
+@pytest.mark.reads_host  # the bundle reads the names of the machine it is made on
 def test_a_bundle_names_no_runner_path(tmp_path):
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     results = planted_results(tmp_path / "results" / "0.26.0" / "cell")

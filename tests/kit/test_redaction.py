@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from matrix.host.classify import REDACTED, redact
+from matrix.host.classify import REDACTED, names_of, redact, scrub
 
 # Each canary's secret part is unique, so finding it anywhere in the record is a leak.
 CANARIES = {
@@ -117,3 +117,71 @@ words = st.text(string.ascii_lowercase + "_-", min_size=1, max_size=40)
 @given(value=st.one_of(versions, commits, words, st.builds("/usr/lib/{}/{}".format, words, versions)))
 def test_versions_commits_and_plain_paths_are_kept(value):
     assert redact({"VLLM_X": value}) == {"VLLM_X": value}
+
+
+# A user's machine as it knows itself: their home and login, its WSL distribution, its network name.
+ALICE = names_of(
+    {"HOME": "/home/alice", "USER": "alice", "WSL_DISTRO_NAME": "Ubuntu-22.04"}, ["alice-desktop.corp.example.com"]
+)
+SLACK = "https://hooks.slack.com/services/T0123ABCD/B0456EFGH"
+# Replaced by their shape, wherever they are: at intake, where the sender's machine is unknown, too.
+BY_SHAPE = [
+    ("mail alice@example.com.", "mail <email>."),
+    ("from 10.1.2.3 and 192.168.0.7:8000, [fe80::1%eth0]:80", "from <ip> and <ip>:8000, [<ip>]:80"),
+    ("172.16.9.1 100.64.0.1 169.254.1.2/16 fd12:3456:789a::1", "<ip> <ip> <ip>/16 <ip>"),
+    (f"{SLACK}/Xq7ZpL2mRt9WcV4kNb8HsJ3f", f"{SLACK}/{REDACTED}"),
+    ("https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/sendMessage",
+     f"https://api.telegram.org/{REDACTED}/sendMessage"),
+    ("/mnt/c/Users/Alice/x", "~/x"),
+    (r"\\wsl$\Ubuntu-22.04\home\alice\m", r"~\m"),
+    (r"\\wsl.localhost\Debian\opt\m", r"\\wsl.localhost\<distro>\opt\m"),
+    ("token glpat-Ab3dE6gH9jK2mN5pQ8rS", f"token {REDACTED}"),
+    ("glrt-Ab3dE6gH9jK2mN5pQ8rS GR1348941Ab3dE6gH9jK2mN5pQ8rS", f"{REDACTED} {REDACTED}"),
+    ("BUILDKITE_API_TOKEN=bkua_" + "0123456789abcdef" * 2 + "01234567", f"BUILDKITE_API_TOKEN={REDACTED}"),
+    ("bkua_" + "0123456789abcdef" * 2 + "01234567", REDACTED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("said", "kept"), BY_SHAPE)
+def test_an_address_a_token_or_a_windows_home_is_replaced_by_its_shape_alone(said, kept):
+    assert scrub(said) == kept
+
+
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        *BY_SHAPE,
+        ("alice-desktop.corp.example.com:8000 refused", "<host>:8000 refused"),
+        ("ALICE-DESKTOP timed out, and alice-desktop.lan too", "<host> timed out, and <host> too"),
+        ("on Ubuntu-22.04.", "on <distro>."),
+        ("/data/alice/models and Alice's cache", "/data/<user>/models and <user>'s cache"),
+        ("alice-desktop alice Ubuntu-22.04 /home/alice/x", "<host> <user> <distro> ~/x"),
+    ],
+)
+def test_what_names_the_user_or_their_machine_is_replaced_by_what_it_was(said, kept):
+    assert scrub(said, ALICE) == kept
+
+
+# A user named "ai" on a machine named "ai": two letters, which only a whole part of a path is taken for.
+AI = names_of({"HOME": "/home/ai", "USER": "ai"}, ["ai"])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "726934d87048d92e76da8934d9ae3534640bae3d",
+        "6.6.87.2-microsoft-standard-WSL2",
+        "Windows version: 10.0.26100.4652, WSL 2.5.9.0",
+        "meta-llama/Llama-3.1-8B",
+        "cuda-wsl2new-v2-graph",
+        "http://127.0.0.1:8000/v1/models on localhost",
+        "main, cuda and the domain said: an ai model",
+        "GPU-5f1c9b7e-3a2d-4c1e-9f0a-1b2c3d4e5f60 sha256:fd12abcd0123",
+        "https://huggingface.co/meta-llama/Meta-Llama-3-70B-Instruct/resolve/main/config.json",
+        "https://wheels.vllm.ai/726934d87048d92e76da8934d9ae3534640bae3d/vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl",
+        "tests/cell/test_repro.py:151 /usr/lib/wsl/lib/nvidia-smi",
+    ],
+)
+def test_versions_commits_models_and_a_short_name_inside_words_are_kept(value):
+    assert scrub(value, AI) == value
+    assert scrub("/data/ai/models", AI) == "/data/<user>/models"
