@@ -4,7 +4,10 @@ The URL is a person's own choice (the published Pages site, a runner's report), 
 urllib does, but nothing it sends is trusted: no more than ``LIMIT`` bytes are read, whatever its headers say,
 no read waits longer than ``TIMEOUT``, and the whole transfer (connecting, the headers, the body) ends within
 ``DEADLINE``: a server that sends a byte every second would otherwise hold the doctor for as long as the file lasts.
-An answer that is not HTTP is one line, as any other failure. What arrives is read as any other ``--matrix`` file.
+An answer that is not HTTP is one line, as any other failure. A gzip answer (the server's ``Content-Encoding``,
+or a ``.gz`` file as a static host serves it) is unpacked, and ``LIMIT`` holds for what it unpacks to: a small
+answer that would unpack to gigabytes (a gzip bomb) is refused as soon as it passes the limit. What arrives is
+read as any other ``--matrix`` file.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import socket
 import threading
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Callable
 
 from matrix.errors import MatrixError
@@ -26,6 +30,7 @@ TIMEOUT = 20.0
 # The 9 MiB matrix over a slow link (1 Mbit/s) takes about 75 s.
 DEADLINE = 120.0
 _SCHEMES = ("http://", "https://")
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def is_url(text: str) -> bool:
@@ -69,7 +74,7 @@ def _within(deadline: float, read: Callable[[], bytes]) -> bytes:
 
 
 def _read(url: str, limit: int, timeout: float) -> bytes:
-    request = urllib.request.Request(url, headers={"User-Agent": "wslpin-doctor", "Accept-Encoding": "identity"})
+    request = urllib.request.Request(url, headers={"User-Agent": "wslpin-doctor", "Accept-Encoding": "gzip"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) only: is_url
             if not response.geturl().lower().startswith(_SCHEMES):
@@ -81,6 +86,7 @@ def _read(url: str, limit: int, timeout: float) -> bytes:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
+            encoding = response.headers.get("Content-Encoding", "").strip().lower()
             announced = response.headers.get("Content-Length", "")
             # http.client hands back a body cut short as if it were whole: a matrix cut short is none.
             if announced.isdigit() and size < int(announced) <= limit:
@@ -100,4 +106,22 @@ def _read(url: str, limit: int, timeout: float) -> bytes:
         raise FetchError(f"cannot be read ({exc})") from None
     if size > limit:
         raise FetchError(f"it sent more than the {limit // MIB} MiB a matrix may be")
-    return b"".join(chunks)
+    return _unpacked(b"".join(chunks), encoding, limit)
+
+
+def _unpacked(body: bytes, encoding: str, limit: int) -> bytes:
+    """The matrix ``body`` carries: gunzipped where the server or the file packed it, at most ``limit`` bytes."""
+    if encoding not in ("", "identity", "gzip", "x-gzip"):
+        raise FetchError(f"it sent the matrix packed as {encoding!r}, which the doctor cannot unpack (ask for gzip)")
+    if encoding in ("", "identity") and not body.startswith(_GZIP_MAGIC):
+        return body
+    unpacking = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = unpacking.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise FetchError(f"its gzip answer cannot be unpacked ({exc})") from None
+    if len(data) > limit:
+        raise FetchError(f"its gzip answer unpacks to more than the {limit // MIB} MiB a matrix may be")
+    if not unpacking.eof:
+        raise FetchError("its gzip answer is cut short")
+    return data

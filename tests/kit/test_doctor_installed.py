@@ -4,6 +4,7 @@ server here)."""
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import json
 import os
@@ -146,19 +147,34 @@ class _Server(http.server.ThreadingHTTPServer):
 @pytest.fixture()
 def server() -> Iterator[str]:
     """A loopback HTTP server: /compat.json the published matrix, /big more than a small limit, /slow nothing for a
-    while, anything else 404."""
+    while; gzip: /packed the matrix sent with Content-Encoding gzip (as a host compresses on the fly, when asked),
+    /compat.json.gz the matrix as a gzip file, /bomb 64 MiB of zeros packed into 64 KiB, /broken a gzip answer cut
+    in half; anything else 404."""
     body = COMPAT.read_bytes()
+    packed = gzip.compress(body)
+    payloads = {
+        "/compat.json": (body, ""),
+        "/big": (b"x" * 4096, ""),
+        "/packed": (packed, "gzip"),
+        "/compat.json.gz": (packed, ""),
+        "/bomb": (gzip.compress(bytes(64 << 20)), "gzip"),
+        "/broken": (packed[: len(packed) // 2], "gzip"),
+    }
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if self.path == "/slow":
                 time.sleep(3)
-            payload = {"/compat.json": body, "/big": b"x" * 4096}.get(self.path)
+            payload, encoding = payloads.get(self.path, (None, ""))
             if payload is None:
                 self.send_error(404)
                 return
+            if encoding and "gzip" not in self.headers.get("Accept-Encoding", ""):
+                payload, encoding = gzip.decompress(payload), ""
             self.send_response(200)
             self.send_header("Content-Length", str(len(payload)))
+            if encoding:
+                self.send_header("Content-Encoding", encoding)
             self.end_headers()
             self.wfile.write(payload)
 
@@ -187,6 +203,20 @@ def test_a_url_is_read_within_its_size_and_its_time_or_refused_in_one_line(serve
     with pytest.raises(MatrixError, match="cannot be reached"):
         remote.fetch("http://127.0.0.1:9/compat.json")  # the discard port: nothing listens
     assert remote.fetch(f"{server}/compat.json") == COMPAT.read_bytes()
+
+
+def test_a_gzip_matrix_is_unpacked_and_a_gzip_bomb_refused_in_one_line(doctor, server, pasted, tmp_path):
+    for path in ("/packed", "/compat.json.gz"):
+        assert remote.fetch(f"{server}{path}") == COMPAT.read_bytes()
+        done = run_doctor(doctor, "--matrix", f"{server}{path}", "--collect-env", str(pasted), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    bomb = run_doctor(doctor, "--matrix", f"{server}/bomb", "--collect-env", str(pasted), cwd=tmp_path)
+    assert bomb.returncode == 2 and bomb.stderr.startswith(
+        f"error: --matrix {server}/bomb: its gzip answer unpacks to more than the 32 MiB a matrix may be"
+    )
+    assert len(bomb.stderr.splitlines()) == 1
+    with pytest.raises(MatrixError, match="its gzip answer is cut short"):
+        remote.fetch(f"{server}/broken")
 
 
 # What a server that does not speak HTTP, or speaks it too slowly, sends: each must end in one line.
