@@ -219,7 +219,7 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
     if group == "gate" and Path(args.vllm).is_dir():
         # The expectations are the releases': a source tree is judged by what it changes against its release's
         # own gate results (exit 1 only where something regressed).
-        session.run("python", "-m", "matrix.branch", "--cells", pattern, "--branch-results", str(out))
+        session.run("python", "-m", "matrix", "branch", "--cells", pattern, "--branch-results", str(out))
         return
     session.run("python", "-m", "matrix", "summary", "--cells", pattern, "--results", str(out), "--strict")
 

@@ -126,7 +126,7 @@ def _env_record(path: Path) -> EnvironmentRecord:
 def cmd_split(args: argparse.Namespace) -> int:
     # The safe XML parser that reads pytest's file is imported here, first, not at the top: `env` and `plan` must
     # work on a bare Python (a fresh runner, the workflow's plan job), and the split says what it lacks at once.
-    import matrix.report.reading  # noqa: F401
+    import defusedxml.ElementTree  # noqa: F401
     from matrix.envelope import RunInfo
     from matrix.junit import write_cell_results
 
@@ -319,6 +319,23 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_branch(args: argparse.Namespace) -> int:
+    from matrix.branch import against_release
+    from matrix.report.render_branch import render
+    from matrix.report.visible import visible
+
+    release_results = Path(args.release_results) if args.release_results else None
+    diff, source = against_release(Path(args.branch_results), release_results, select(args.cells))
+    print(render(diff, source))
+    if diff.regressed:
+        print(
+            f"error: vLLM {visible(diff.branch)} regressed against {diff.release} (rows marked so above)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def cmd_releases(args: argparse.Namespace) -> int:
     from matrix.cli import KIT_ROOT
     from matrix.history_cache import COMMITTED_HISTORY
@@ -484,6 +501,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="what the evidence calls the run, as its runner (default: the folder's name, e.g. h200-vllm-0.26.0-DATE)",
     )
     imp.set_defaults(func=cmd_import_run)
+
+    branch = sub.add_parser(
+        "branch",
+        help="what a vLLM source tree's gate results change against its release's: each question and checked value "
+        "fixed, regressed or unchanged; exit 1 where something regressed",
+    )
+    branch.add_argument("--branch-results", required=True, help="the tree's results/<version>/gate")
+    branch.add_argument(
+        "--release-results",
+        help="the release's own gate results (results/<release>/gate); default: the kit's committed history",
+    )
+    branch.add_argument("--cells", help="comma-separated ids or globs (default: all 24)")
+    branch.set_defaults(func=cmd_branch)
 
     bis = sub.add_parser(
         "bisect",

@@ -17,10 +17,8 @@ Pure functions over two sides' cell reports; reading them from files is ``read_s
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import enum
-import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,8 +26,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from matrix.cells import Cell, select
-from matrix.cli import KIT_ROOT, run_command_line
+from matrix.cells import Cell
+from matrix.cli import KIT_ROOT
 from matrix.errors import MatrixError
 from matrix.expectations import Rule, expected_values, load_rules
 from matrix.history_cache import COMMITTED_HISTORY, read_committed
@@ -37,7 +35,6 @@ from matrix.questions import Question, Verdict
 from matrix.report.model import observations, row_name
 from matrix.report.reading import InputError, read_inputs
 from matrix.report.status import CaseRecord, CellReport, Status, build_cells
-from matrix.report.visible import visible
 from matrix.variables import GATE_PIN_VALUES
 from matrix.verdicts import URGENCY, CellVerdicts, Observations, OutcomeRule, load_verdict_rules, release_verdicts
 
@@ -237,46 +234,17 @@ def read_committed_side(archive: Path, release: str, cells: list[Cell], rules: l
         return read_side(Path(scratch), cells, rules)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m matrix.branch",
-        description="What a vLLM source tree's gate results change against the release it was cut from: each "
-        "question and checked value fixed, regressed or unchanged; exit 1 where something regressed.",
-    )
-    parser.add_argument("--branch-results", type=Path, required=True, help="the tree's results/<version>/gate")
-    parser.add_argument(
-        "--release-results",
-        type=Path,
-        help=f"the release's own gate results (results/<release>/gate); default: the kit's {COMMITTED_HISTORY}",
-    )
-    parser.add_argument("--cells", help="comma-separated ids or globs (default: all 24)")
-    parser.set_defaults(func=_diff_command)
-    return parser
-
-
-def _diff_command(args: argparse.Namespace) -> int:
-    from matrix.report.render_branch import render
-
-    cells, rules = select(args.cells), load_rules()
-    branch = read_side(args.branch_results, cells, rules)
+def against_release(branch_results: Path, release_results: Path | None, cells: list[Cell]) -> tuple[BranchDiff, str]:
+    """What the gate results in ``branch_results`` change against their release's: those in ``release_results``,
+    else the committed history's; and a few words naming where the release's side came from."""
+    rules = load_rules()
+    branch = read_side(branch_results, cells, rules)
     release = release_of(next(iter(branch.values())).vllm)
-    if args.release_results is None:
+    if release_results is None:
         archive = KIT_ROOT / COMMITTED_HISTORY
         before = read_committed_side(archive, release, cells, rules)
         source = f"vLLM {release}'s gate results committed in {COMMITTED_HISTORY}"
     else:
-        before = read_side(args.release_results, cells, rules)
-        source = f"the gate results in {args.release_results}/"
-    diff = compare(before, branch, rules, load_verdict_rules())
-    print(render(diff, source))
-    if diff.regressed:
-        print(f"error: vLLM {visible(diff.branch)} regressed against {release} (rows marked so above)", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    # The command as the imported module's, not this __main__ copy's: the renderer counts that module's Change.
-    from matrix import branch
-
-    raise SystemExit(run_command_line(branch._parser, None))
+        before = read_side(release_results, cells, rules)
+        source = f"the gate results in {release_results}/"
+    return compare(before, branch, rules, load_verdict_rules()), source

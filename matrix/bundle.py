@@ -36,10 +36,9 @@ from matrix.files import InputFileError, read_input
 from matrix.host.classify import Names, environment_hash, scrub, scrubbed
 from matrix.host.facts import names_here
 from matrix.host.record import EnvironmentRecord
-from matrix.junit import kit_relative, restate
+from matrix.junit import UnreadableError, kit_relative, parse, restate, suites
 from matrix.layout import run_dir
 from matrix.plan import Execution, Plan
-from matrix.report.reading import UnreadableError, parse, suites
 
 BUNDLE_SCHEMA = "wslpin-kit.bundle/1"
 # The kit's own repository, whose commits a bundle's results must name.

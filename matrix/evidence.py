@@ -49,23 +49,12 @@ from matrix.groups import GROUP_TESTS
 from matrix.history_cache import COMMITTED_HISTORY, VOLATILE_CASE_PROPERTIES
 from matrix.host.classify import scrub
 from matrix.host.record import EnvironmentRecord
-from matrix.junit import properties, record_file
+from matrix.junit import SKIPPED, XFAIL, UnreadableError, outcome, parse, properties, record_file, suites
 from matrix.layout import ENGINE_BENCH_SUFFIX, ENGINE_BENCHES, PROBES
 from matrix.plan import Execution
 from matrix.release_index import index_releases, known
 from matrix.report.claims import Claims
-from matrix.report.reading import (
-    SKIPPED,
-    XFAIL,
-    InputError,
-    Problem,
-    UnreadableError,
-    expand,
-    outcome,
-    parse,
-    run_order,
-    suites,
-)
+from matrix.report.reading import InputError, Problem, expand, run_order
 from matrix.report.visible import visible
 
 
@@ -384,7 +373,7 @@ def _named(inputs: list[str], suffix: str) -> list[Path]:
 
 def _probe(path: Path) -> tuple[str, str]:
     """Why the probe record at ``path`` is not kept (empty: it is), and its name's date and host."""
-    from matrix.report.model import read_probe
+    from matrix.report.probe import read_probe
 
     try:
         probe = read_probe(path)

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import copy
 import functools
+import io
 import re
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 from xml.etree.ElementTree import Element, SubElement, tostring
 
 from matrix.case_facts import CaseFacts
 from matrix.envelope import Envelope, RunInfo, envelope
 from matrix.errors import MatrixError
-from matrix.files import write_file
+from matrix.files import InputFileError, read_input, write_file
 from matrix.plan import CellPlan
 
 if TYPE_CHECKING:
@@ -130,10 +132,7 @@ def kit_case(
 
 
 def read_cases(path: Path) -> list[Element]:
-    """Every ``<testcase>`` of pytest's file, parsed safely like any runner's (matrix.report.reading)."""
-    # Here: the safe parser is the report extra's, and a runner's bare Python writes misrouted cells.
-    from matrix.report.reading import UnreadableError, parse
-
+    """Every ``<testcase>`` of pytest's file, parsed safely like any runner's."""
     try:
         root = parse(path)
     except UnreadableError as exc:
@@ -181,7 +180,6 @@ def record_file(kept: Envelope, cases: list[Element]) -> bytes:
     """One cell's run as the evidence store keeps it (matrix.evidence): its envelope, and each case's name,
     properties, outcome and message, nothing else; the same bytes whenever the same run is read, whatever held it."""
     from matrix.host.classify import scrub
-    from matrix.report.reading import ERROR, FAILED, SKIPPED, XFAIL, outcome
 
     tags = {ERROR: "error", FAILED: "failure"}
     cell = kept.cell.id
@@ -220,3 +218,105 @@ def write_cells(plans: list[CellPlan], cases: list[Element], run: RunInfo, out: 
         written.append(write_file(out, f"{plan.cell.id}.xml", cell_file(plan, cases, run, no_results)))
         write_file(out, f"{plan.cell.id}.env.json", env)
     return written
+
+
+# Reading a JUnit file: the one safe parser, a case's outcome as the file states it, and the suites that own the
+# cases. The report, the store, the bundle and the history read JUnit through these alone.
+
+# A test case's outcome as the file states it, before any judgement.
+PASSED, FAILED, ERROR, SKIPPED, XFAIL = "passed", "failed", "error", "skipped", "xfail"
+
+# How much of a failure's message is kept: tracebacks run to megabytes.
+MESSAGE_LIMIT = 2000
+
+
+class UnreadableError(ValueError):
+    """A file that is not a JUnit file this kit will read; the message says why."""
+
+
+def parse(path: str | Path | BinaryIO) -> Element:
+    """The root of a JUnit file (or of one already read), parsed safely: the one way the kit reads JUnit.
+
+    UnreadableError says why not.
+    """
+    # Here: the safe parser is a dependency of the kit's, and a runner's bare Python writes misrouted cells.
+    import defusedxml.ElementTree as SafeET
+    from defusedxml import DefusedXmlException
+
+    if isinstance(path, (str, Path)):
+        try:
+            path = io.BytesIO(read_input(path))
+        except InputFileError as exc:
+            raise UnreadableError(str(exc)) from None
+    try:
+        root = SafeET.parse(path, forbid_dtd=True).getroot()
+    except DefusedXmlException as exc:
+        raise UnreadableError(f"refused: {type(exc).__name__} (DTDs and entities are not allowed)") from None
+    except SafeET.ParseError as exc:
+        raise UnreadableError(f"not well-formed XML: {exc}") from None
+    except (OSError, ValueError, LookupError) as exc:  # LookupError: an encoding Python does not know
+        raise UnreadableError(f"cannot be read: {exc}") from None
+    if root is None or root.tag not in ("testsuites", "testsuite"):
+        found = "missing" if root is None else f"<{root.tag}>"
+        raise UnreadableError(f"root element is {found}, not <testsuites> or <testsuite>")
+    return root
+
+
+def outcome(case: Element) -> tuple[str, str]:
+    """A ``<testcase>``'s outcome and message as the file states it (errors first, then failures, then skips)."""
+    results = [child for child in case if child.tag in ("error", "failure", "skipped")]
+    for tag, label in (("error", ERROR), ("failure", FAILED)):
+        for r in results:
+            if r.tag == tag:
+                return label, _message(r)
+    for r in results:
+        if r.tag == "skipped":
+            return (XFAIL if r.get("type") == "pytest.xfail" else SKIPPED), _message(r)
+    return PASSED, ""
+
+
+def _message(result: Element) -> str:
+    # What is published names no machine's checkout or home, and no credential a failure printed: a result
+    # written before the split named the kit's files relative to the kit still names its runner's checkout.
+    text = " ".join(part for part in (result.get("message"), result.text) if part)
+    from matrix.host.classify import scrub
+
+    return scrub(kit_relative(text.strip()[:MESSAGE_LIMIT]))
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A ``<testsuite>`` and the cases it owns: those beneath it and no deeper suite, through any wrapper element."""
+
+    name: str
+    props: dict[str, str]  # its own properties over those of the suites around it
+    cases: list[Element]
+    nested: list[Suite]
+
+
+def suites(root: Element) -> tuple[list[Suite], list[Element]]:
+    """Every suite in document order (outer before inner), and the testcases no suite owns.
+
+    A loop, not recursion: a hostile file nests thousands of elements deep.
+    """
+    found: list[Suite] = []
+    stray: list[Element] = []
+    stack: list[tuple[Element, Suite | None]] = [(root, None)]
+    while stack:
+        elem, owner = stack.pop()
+        if elem.tag == "testcase":
+            if owner is None:
+                stray.append(elem)
+            else:
+                owner.cases.append(elem)
+        elif elem.tag == "testsuite":
+            inherited = owner.props if owner is not None else {}
+            suite = Suite(elem.get("name", ""), {**inherited, **properties(elem)}, [], [])
+            if owner is not None:
+                owner.nested.append(suite)
+            found.append(suite)
+            owner = suite
+        # Pushed in reverse so they come off the stack in document order: reruns keep their order.
+        stack.extend((child, owner) for child in reversed(elem))
+    # A suite holding only suites is a container: its nested suites carry the cases.
+    return [s for s in found if s.cases or not s.nested], stray

@@ -153,7 +153,7 @@ def group_junit(folder: Path, run: GroupRun, plans: list[CellPlan], deadline: st
     A stopped pytest leaves the case it was in as a ``<testcase>`` without a name, which belongs to
     no cell: it is dropped, and every cell gets a case saying that the rest did not run.
     """
-    from matrix.report.reading import UnreadableError, parse
+    from matrix.junit import UnreadableError, parse
 
     if run.status is GroupStatus.NOT_STARTED:
         suite = Element("testsuite", name="pytest")

@@ -19,9 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from matrix.envelope import Envelope  # noqa: E402
 from matrix.history_cache import read_committed  # noqa: E402
-from matrix.junit import record_file  # noqa: E402
+from matrix.junit import (  # noqa: E402
+    parse,
+    record_file,  # noqa: E402
+    suites,
+)
 from matrix.releases import VLLM_VERSION  # noqa: E402
-from matrix.report.reading import parse, suites  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NIGHTS = 31

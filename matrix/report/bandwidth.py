@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from matrix.report.engine_bench import ArmFigure, CellBench, Comparison, EngineBench
-from matrix.report.model import Bandwidth, Probe, Report
+from matrix.report.model import Report
+from matrix.report.probe import Bandwidth, Probe
 from matrix.variables import OPT_IN, PIN_MEMORY, UNSET
 from matrix.words import HOST_NAMES, STACK_NAMES
 

@@ -12,32 +12,30 @@ from __future__ import annotations
 
 import datetime as dt
 import glob
-import io
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 from xml.etree.ElementTree import Element
-
-import defusedxml.ElementTree as SafeET
-from defusedxml import DefusedXmlException
 
 from matrix.envelope import Envelope
 from matrix.errors import MatrixError
-from matrix.files import InputFileError, read_input
-from matrix.host.classify import scrub
-from matrix.junit import kit_relative, properties
+from matrix.junit import (
+    ERROR,
+    FAILED,
+    PASSED,
+    Suite,
+    UnreadableError,
+    outcome,
+    parse,
+    properties,
+    suites,
+)
 from matrix.report.claims import Claims, Suspect
-
-MESSAGE_LIMIT = 2000
 
 # Where a user's bundled result is grouped: "community-native" and the like, apart from the kit's own runs.
 COMMUNITY = "community-"
-
-# A test case's outcome as the file states it, before any judgement.
-PASSED, FAILED, ERROR, SKIPPED, XFAIL = "passed", "failed", "error", "skipped", "xfail"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +121,6 @@ class InputError(ValueError):
     """An input path that names nothing: a person's mistake, reported in one line."""
 
 
-class UnreadableError(ValueError):
-    """A file that is not a JUnit file this kit will read; the message says why."""
-
-
 def _glob(pattern: str) -> list[str]:
     """The paths ``pattern`` matches, ``**`` never descending into a link to a directory (two links to their own
     parent made ``glob.glob`` walk for ever), in a stable order."""
@@ -179,50 +173,6 @@ def expand(inputs: list[str]) -> tuple[list[str], list[Problem]]:
     return found, refused
 
 
-def parse(path: str | Path | BinaryIO) -> Element:
-    """The root of a JUnit file (or of one already read), parsed safely: the one way the kit reads JUnit.
-
-    UnreadableError says why not.
-    """
-    if isinstance(path, str | Path):
-        try:
-            path = io.BytesIO(read_input(path))
-        except InputFileError as exc:
-            raise UnreadableError(str(exc)) from None
-    try:
-        root = SafeET.parse(path, forbid_dtd=True).getroot()
-    except DefusedXmlException as exc:
-        raise UnreadableError(f"refused: {type(exc).__name__} (DTDs and entities are not allowed)") from None
-    except SafeET.ParseError as exc:
-        raise UnreadableError(f"not well-formed XML: {exc}") from None
-    except (OSError, ValueError, LookupError) as exc:  # LookupError: an encoding Python does not know
-        raise UnreadableError(f"cannot be read: {exc}") from None
-    if root is None or root.tag not in ("testsuites", "testsuite"):
-        found = "missing" if root is None else f"<{root.tag}>"
-        raise UnreadableError(f"root element is {found}, not <testsuites> or <testsuite>")
-    return root
-
-
-def outcome(case: Element) -> tuple[str, str]:
-    """A ``<testcase>``'s outcome and message as the file states it (errors first, then failures, then skips)."""
-    results = [child for child in case if child.tag in ("error", "failure", "skipped")]
-    for tag, label in (("error", ERROR), ("failure", FAILED)):
-        for r in results:
-            if r.tag == tag:
-                return label, _message(r)
-    for r in results:
-        if r.tag == "skipped":
-            return (XFAIL if r.get("type") == "pytest.xfail" else SKIPPED), _message(r)
-    return PASSED, ""
-
-
-def _message(result: Element) -> str:
-    # What is published names no machine's checkout or home, and no credential a failure printed: a result
-    # written before the split named the kit's files relative to the kit still names its runner's checkout.
-    text = " ".join(part for part in (result.get("message"), result.text) if part)
-    return scrub(kit_relative(text.strip()[:MESSAGE_LIMIT]))
-
-
 def read_file(path: str, into: Inputs, community: bool = False) -> None:
     try:
         root = parse(path)
@@ -238,44 +188,6 @@ def read_file(path: str, into: Inputs, community: bool = False) -> None:
         into.unattributed.append(Problem(path, "no test suite in the file"))
     for suite in found:
         _read_suite(path, suite, into, community)
-
-
-@dataclass(frozen=True, slots=True)
-class Suite:
-    """A ``<testsuite>`` and the cases it owns: those beneath it and no deeper suite, through any wrapper element."""
-
-    name: str
-    props: dict[str, str]  # its own properties over those of the suites around it
-    cases: list[Element]
-    nested: list[Suite]
-
-
-def suites(root: Element) -> tuple[list[Suite], list[Element]]:
-    """Every suite in document order (outer before inner), and the testcases no suite owns.
-
-    A loop, not recursion: a hostile file nests thousands of elements deep.
-    """
-    found: list[Suite] = []
-    stray: list[Element] = []
-    stack: list[tuple[Element, Suite | None]] = [(root, None)]
-    while stack:
-        elem, owner = stack.pop()
-        if elem.tag == "testcase":
-            if owner is None:
-                stray.append(elem)
-            else:
-                owner.cases.append(elem)
-        elif elem.tag == "testsuite":
-            inherited = owner.props if owner is not None else {}
-            suite = Suite(elem.get("name", ""), {**inherited, **properties(elem)}, [], [])
-            if owner is not None:
-                owner.nested.append(suite)
-            found.append(suite)
-            owner = suite
-        # Pushed in reverse so they come off the stack in document order: reruns keep their order.
-        stack.extend((child, owner) for child in reversed(elem))
-    # A suite holding only suites is a container: its nested suites carry the cases.
-    return [s for s in found if s.cases or not s.nested], stray
 
 
 def run_order(started_at: str) -> tuple[int, float, str]:

@@ -19,20 +19,9 @@ from matrix.case_facts import CaseFacts
 from matrix.cells import CELLS, Cell, Runner
 from matrix.envelope import Envelope
 from matrix.expectations import Expected, Rule, expected_values, release_version
-from matrix.junit import NO_RESULTS
+from matrix.junit import ERROR, FAILED, NO_RESULTS, PASSED, SKIPPED, XFAIL
 from matrix.plan import Execution
-from matrix.report.reading import (
-    COMMUNITY,
-    ERROR,
-    FAILED,
-    PASSED,
-    SKIPPED,
-    XFAIL,
-    Attempt,
-    CellGroup,
-    Inputs,
-    ReadCase,
-)
+from matrix.report.reading import COMMUNITY, Attempt, CellGroup, Inputs, ReadCase
 from matrix.variables import GATE_PIN_VALUES
 
 

@@ -108,7 +108,7 @@ def _left_record(scratch: Path) -> EnvironmentRecord | None:
 
 def _left_cases(scratch: Path) -> list[Element] | None:
     """The container's test cases, read by the kit's one safe JUnit parser; None when it left no JUnit."""
-    from matrix.report.reading import UnreadableError, parse
+    from matrix.junit import UnreadableError, parse
 
     data = _read_left(scratch / "junit.xml")
     if data is None:

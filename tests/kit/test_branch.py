@@ -1,4 +1,4 @@
-"""``python -m matrix.branch`` on the kit's committed gate results: what a tree changes against its release, and
+"""``python -m matrix branch`` on the kit's committed gate results: what a tree changes against its release, and
 the one line it says where the release's side is not there. (A real branch's gate session, laid over the
 installed vLLM, is tests/kit/test_vllm_source.py's.)"""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matrix import branch
+from matrix.__main__ import build_parser
 from matrix.cli import KIT_ROOT, run_command_line
 from matrix.history_cache import COMMITTED_HISTORY, read_committed
 
@@ -27,7 +27,7 @@ def _results(tmp_path: Path, vllm: str) -> Path:
 
 def test_a_tree_that_decides_as_its_release_changes_nothing(tmp_path, capsys):
     tree = _results(tmp_path, f"{RELEASE}+g1a2b3c4d5")
-    assert run_command_line(branch._parser, ["--branch-results", str(tree), "--cells", CELLS]) == 0
+    assert run_command_line(build_parser, ["branch", "--branch-results", str(tree), "--cells", CELLS]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (
         f"vLLM {RELEASE}+g1a2b3c4d5 against the release it was cut from, vLLM {RELEASE}'s gate results "
@@ -39,7 +39,7 @@ def test_a_tree_that_decides_as_its_release_changes_nothing(tmp_path, capsys):
 
 def test_a_release_the_history_lacks_is_one_line_saying_how_to_get_its_results(tmp_path, capsys):
     tree = _results(tmp_path, "0.99.0+g1a2b3c4d5")
-    assert run_command_line(branch._parser, ["--branch-results", str(tree), "--cells", CELLS]) == 2
+    assert run_command_line(build_parser, ["branch", "--branch-results", str(tree), "--cells", CELLS]) == 2
     said = capsys.readouterr().err.strip()
     assert said == (
         f"error: vLLM 0.99.0's gate results are not in {KIT_ROOT / COMMITTED_HISTORY}: run the release's gate "
@@ -48,6 +48,6 @@ def test_a_release_the_history_lacks_is_one_line_saying_how_to_get_its_results(t
     )
     # Given them, the tree is compared with those instead.
     release = _results(tmp_path, "0.99.0")
-    argv = ["--branch-results", str(tree), "--release-results", str(release), "--cells", CELLS]
-    assert run_command_line(branch._parser, argv) == 0
+    argv = ["branch", "--branch-results", str(tree), "--release-results", str(release), "--cells", CELLS]
+    assert run_command_line(build_parser, argv) == 0
     assert f"the gate results in {release}/:" in capsys.readouterr().out

@@ -21,13 +21,12 @@ from matrix.cells import CELLS, Cell, select
 from matrix.envelope import RunInfo
 from matrix.evidence import Source, add, add_bundles, origin
 from matrix.host.record import EnvironmentRecord
-from matrix.junit import write_cell_results
+from matrix.junit import parse, write_cell_results
 from matrix.plan import CellPlan, Execution
 from matrix.releases import VLLM_VERSION
 from matrix.report.claims import load_claims
 from matrix.report.model import build_report
 from matrix.report.outputs import report_outputs
-from matrix.report.reading import parse
 
 WSL2NEW = select("cuda-wsl2new-*")
 GATE = RunInfo(

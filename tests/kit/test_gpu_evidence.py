@@ -25,8 +25,9 @@ from matrix.host.record import EnvironmentRecord
 from matrix.junit import kit_relative, write_cell_results
 from matrix.layout import EVIDENCE_STORE, PROBES
 from matrix.plan import CellPlan, Execution
-from matrix.report.model import build_report, load_probes
+from matrix.report.model import build_report
 from matrix.report.outputs import report_outputs
+from matrix.report.probe import load_probes
 
 RUN = ROOT / "docs" / "evidence" / "gpu-runs" / "h200-vllm-0.26.0-2026-12-04"
 STORE = ROOT / EVIDENCE_STORE

@@ -23,9 +23,9 @@ from conftest import ROOT, require_gate_only, run_module
 
 from matrix.cells import select
 from matrix.host.facts import torch_info, vllm_info
+from matrix.junit import parse, properties
 from matrix.offline import BENCH_RECORD, IMPORTED_PROBE, PLAN_RECORD, PROBE_RECORD, GroupRun, GroupStatus, group_junit
 from matrix.plan import CellPlan, Execution
-from matrix.report.reading import parse, properties
 from repro import gpu_run
 
 # What the device tool hands back (its README): at most 8 files, 16 MiB each, 64 MiB together.

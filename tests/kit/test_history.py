@@ -21,12 +21,12 @@ from matrix.errors import MatrixError
 from matrix.host.classify import ENV_SCHEMA
 from matrix.host.facts import collect_environment
 from matrix.host.record import EnvironmentRecord
+from matrix.junit import parse
 from matrix.layout import EVIDENCE_STORE
 from matrix.plan import Plan
 from matrix.report import render_html, render_json, render_md
 from matrix.report.bench import BenchSummary
 from matrix.report.model import Evidence, EvidenceKind, build_report
-from matrix.report.reading import parse
 from matrix.report.render_json import SCHEMA_FILE
 from matrix.report.view import build_view, evidence_sentence
 

@@ -92,3 +92,43 @@ def test_a_cases_facts_are_named_only_by_their_record():
         if found:
             spelled[name] = sorted(found)
     assert not spelled, f"a case's facts named outside matrix/case_facts.py: {spelled}"
+
+
+def kit_imports() -> dict[str, set[str]]:
+    """Each module of matrix/ and the kit's modules it imports, at the top or inside a function (both run)."""
+    modules = {}
+    for path in (ROOT / "matrix").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    imports: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                module = ".".join([*base, *([node.module] if node.module else [])])
+                named = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names]
+            else:
+                continue
+            imports[name] |= {found for found in named if found in modules and found != name}
+    return imports
+
+
+def test_no_module_of_matrix_imports_itself_back_through_another():
+    """A cycle means two modules share what one should own (issue 44): the JUnit reader split between junit and the
+    report's reader, the probe record inside the report's model, a command and the table it prints."""
+    imports = kit_imports()
+    cycles = []
+    for start in sorted(imports):
+        seen, stack = {start}, [(start, [start])]
+        while stack:
+            module, path = stack.pop()
+            for found in sorted(imports[module]):
+                if found == start:
+                    cycles.append(" -> ".join([*path, start]))
+                elif found not in seen:
+                    seen.add(found)
+                    stack.append((found, [*path, found]))
+    assert not cycles, "\n".join(cycles)

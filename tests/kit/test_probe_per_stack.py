@@ -10,8 +10,8 @@ from conftest import run_module
 
 from matrix.cells import Host, Stack, select
 from matrix.host.classify import DetectedHost
+from matrix.junit import FAILED, PASSED, SKIPPED, outcome, parse, properties
 from matrix.plan import Plan, cell_pytest_args
-from matrix.report.reading import FAILED, PASSED, SKIPPED, outcome, parse, properties
 from repro import probe
 
 STAND_IN_PROBE = """

@@ -12,7 +12,7 @@ from matrix.envelope import ENVELOPE_SCHEMA, Envelope
 from matrix.errors import MatrixError
 from matrix.host.classify import DetectedHost
 from matrix.plan import Execution, Plan, load_plan
-from matrix.report.model import load_probes
+from matrix.report.probe import load_probes
 from matrix.summary import render, summarize
 from repro.probe.record import metrics_document
 

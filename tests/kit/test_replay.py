@@ -16,8 +16,8 @@ from conftest import run_module
 
 from matrix.cells import Host, Stack, select
 from matrix.host.classify import DetectedHost
+from matrix.junit import FAILED, PASSED, SKIPPED, XFAIL, outcome, parse, properties
 from matrix.plan import Plan, cell_pytest_args
-from matrix.report.reading import FAILED, PASSED, SKIPPED, XFAIL, outcome, parse, properties
 from matrix.variables import GATE_PIN_VALUES
 from repro.probe import SECTIONS
 

@@ -1,5 +1,5 @@
 """A vLLM source checkout run as its own vLLM (matrix.vllm_source), the bisection over its commits, and the gate
-session of a branch, which ends with what the branch changes against its release (matrix.branch).
+session of a branch, which ends with what the branch changes against its release (`python -m matrix branch`).
 
 The checkout is made here from the installed release (the one the kit pins): its package's ``__init__`` and
 platform modules committed and tagged as the release, then a one-line change to the CUDA kernel gate, with
@@ -226,7 +226,7 @@ def _line(table: str, *cells: str) -> bool:
 def test_the_gate_of_a_branch_that_fixes_a_known_issue_ends_with_its_cells_fixed(history, tmp_path, monkeypatch):
     branch = _branch(history, tmp_path, ROCM_GATE, ROCM_PINS, ROCM_HONOURS, "ROCm: honour the opt-in on WSL2")
     session, _ = _gate(branch, "rocm-wsl2new-*", tmp_path, monkeypatch)
-    assert session.last is not None and session.last.args[1:3] == ["-m", "matrix.branch"]
+    assert session.last is not None and session.last.args[1:4] == ["-m", "matrix", "branch"]
     table = session.last.stdout
     # The release pins on a new kernel whatever the opt-in says (#49861); the branch pins only when asked.
     assert _line(table, "rocm-wsl2new-*-*", "pin, unset (and under 4 kernel-edge unames)", "on", "off", "fixed")
@@ -241,7 +241,7 @@ def test_the_gate_of_a_branch_that_breaks_a_cell_ends_with_it_regressed(history,
     branch = _branch(history, tmp_path, CUDA_GATE, CUDA_HONOURS, CUDA_NEVER, "CUDA: never pin on WSL2")
     with pytest.raises(subprocess.CalledProcessError) as failed:
         _gate(branch, "cuda-wsl2new-v1-graph", tmp_path, monkeypatch)
-    assert failed.value.returncode == 1 and failed.value.cmd[1:3] == ["-m", "matrix.branch"]
+    assert failed.value.returncode == 1 and failed.value.cmd[1:4] == ["-m", "matrix", "branch"]
     table = failed.value.output
     assert _line(table, "cuda-wsl2new-v1-graph", "pin, =1 (and under 4 kernel-edge unames)", "on", "off", "regressed")
     # The opt-in no longer gets zero-copy offload, and a CUDA graph cannot capture the pageable copy instead.
