@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from matrix import __version__
 from matrix.cells import Cell, select
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
@@ -328,6 +329,7 @@ def cmd_releases(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m matrix", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     doctor = sub.add_parser(
