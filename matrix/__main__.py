@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from matrix import __version__
 from matrix.cells import Cell, select
 from matrix.cli import run_command_line
 from matrix.errors import MatrixError
@@ -127,6 +128,7 @@ def cmd_split(args: argparse.Namespace) -> int:
     # The safe XML parser that reads pytest's file is imported here, first, not at the top: `env` and `plan` must
     # work on a bare Python (a fresh runner, the workflow's plan job), and the split says what it lacks at once.
     import defusedxml.ElementTree  # noqa: F401
+
     from matrix.envelope import RunInfo
     from matrix.junit import write_cell_results
 
@@ -348,6 +350,7 @@ def cmd_releases(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m matrix", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     doctor = sub.add_parser(

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from matrix import __version__
 from matrix.cells import Mode, ModelClass, Runner, Stack
 from matrix.cli import run_command_line
 from matrix.doctor import answer, collected, model, published, remote, render
@@ -102,6 +103,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         description="Does vLLM's pinned memory work on this set-up, and what to set: the published matrix's answer.",
     )
     add_arguments(parser)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.set_defaults(func=run)
     return parser
 

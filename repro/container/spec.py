@@ -101,8 +101,8 @@ def container_spec(
     pattern = ",".join(cell_plan.cell.id for cell_plan in plan.cells)
     script = f"python3 -m matrix env --out {SCRATCH}/env.json && exec " + shlex.join(
         [
-            *("python3", "-m", "pytest"),
-            # The kit is mounted read-only; the tiny model is built in the container.
+            # The kit is mounted read-only: no cache of pytest's there, and the tiny model built in the container.
+            *("python3", "-m", "pytest", "-p", "no:cacheprovider"),
             "--model-cache=/tmp/wslpin-kit-build",
             *cell_pytest_args(
                 pattern, f"{SCRATCH}/junit.xml", f"{SCRATCH}/{name}.probe.json", f"{SCRATCH}/{PLAN_FILE}"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -30,8 +31,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "browser: opens a page in Debian's Chromium (skipped with the reason where it is not installed); "
         "`nox -s tests -- -m browser` runs only these, where .ci/run has installed it",
     )
+    config.addinivalue_line(
+        "markers", "needs_vllm: runs vLLM (skipped with the reason where it is not installed: `nox -s tests` has it)"
+    )
+    # The shared builders' asserts say what they compared, as a test module's do (rewritten as the tests import them).
+    pytest.register_assert_rewrite("builders")
     _keep_answers(config)
     host_reads.pytest_configure(config)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Found, never imported: importing vLLM here would put it (and torch) in every test's process.
+    if item.get_closest_marker("needs_vllm") and importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs vLLM installed (nox -s tests installs it)")
 
 
 def _keep_answers(config: pytest.Config) -> None:

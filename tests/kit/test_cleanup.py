@@ -6,8 +6,8 @@ import json
 import shutil
 
 import pytest
+from builders import envelope, gate_case
 from conftest import run_module
-from test_report import envelope, gate_case
 
 CELL = "cuda-wsl2new-v1-graph"
 

@@ -8,18 +8,12 @@ import tomllib
 import venv
 
 import pytest
+from builders import one_error_line
 from conftest import ROOT, run_module
 from packaging.requirements import Requirement
 
 BENCH = ("bench", "--cell", "cuda-wsl2new-v2-graph", "--server", "fake")
 SPLIT_FILES = ("--plan", "plan.json", "--env", "env.json")
-
-
-def one_error_line(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stdout == ""
-    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
-    return done.stderr
 
 
 @pytest.fixture(scope="module")

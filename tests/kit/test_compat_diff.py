@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from builders import gate_case, write_suite
 from conftest import ROOT
-from test_report import gate_case, write_suite
 
 from matrix.report import render_json
 from matrix.report.model import build_report

@@ -121,6 +121,7 @@ def test_the_kit_is_read_only_the_scratch_the_one_writable_mount_and_the_cells_v
     # Everything the container is told to write goes to the scratch directory.
     written = re.findall(r"(?:--out |--junitxml=|--probe-out=)(\S+)", script)
     assert len(written) == 3 and all(path.startswith("/scratch/") for path in written), written
+    assert script.count(" -p no:cacheprovider ") == 1  # nor pytest's cache into the kit
 
 
 def test_a_session_narrowed_to_some_tests_runs_only_those_in_the_container():

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, on_loopback
 
+from matrix import __version__
 from matrix.doctor import collected, published, remote
 from matrix.errors import MatrixError
 from matrix.host.classify import Gpu, HostFacts, environment_record
@@ -107,6 +108,13 @@ def run_doctor(doctor: Path, *args: str, cwd: Path) -> subprocess.CompletedProce
     """The console script as a user runs it: away from any checkout, no PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([str(doctor), *args], capture_output=True, text=True, cwd=cwd, env=env, check=False)
+
+
+def test_the_installed_doctor_and_its_wheel_say_the_kits_version(doctor, tmp_path):
+    done = run_doctor(doctor, "--version", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, f"wslpin-doctor {__version__}\n"), done.stderr
+    (wheel,) = (doctor.parents[2] / "dist").glob("*.whl")
+    assert wheel.name.startswith(f"vllm_wslpin_kit-{__version__}-")
 
 
 @pytest.fixture()

@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import CUDA_NEW_KERNEL, CUDA_OLD_KERNEL, answered, clean_env, doctor, one_error_line, printed, suite
 from compat_file import compat_document
-from test_doctor import _clean_env, _text, answered, doctor, one_error_line
-from test_verdicts import CUDA_NEW_KERNEL, CUDA_OLD_KERNEL, suite
 
 from matrix.cells import Host
 from matrix.report import render_json
@@ -37,7 +36,7 @@ def reported(tmp_path) -> str:
 
 def _ask(matrix: str, kernel: str, *more: str, **env: str) -> dict:
     flags = ("--json", "--stack", "cuda", "--kernel", kernel, "--vllm", "0.29.0", "--runner", "v1", *more)
-    return answered(doctor(*flags, "--matrix", matrix, env=_clean_env(**env)))
+    return answered(doctor(*flags, "--matrix", matrix, env=clean_env(**env)))
 
 
 @pytest.mark.reads_host
@@ -52,7 +51,7 @@ def test_with_the_opt_in_set_the_verdicts_are_for_it(reported):
         got = _ask(reported, NEW, **{PIN_MEMORY.name: value})
         assert got["answered_as"] == "opted-in" and set(got["verdicts"].values()) == {"works"}
         assert set(got["advice"].values()) == {"nothing to set"}
-    text = _text(
+    text = printed(
         doctor(
             "--stack",
             "CUDA",
@@ -64,7 +63,7 @@ def test_with_the_opt_in_set_the_verdicts_are_for_it(reported):
             "v1",
             "--matrix",
             reported,
-            env=_clean_env(**{PIN_MEMORY.name: "1"}),
+            env=clean_env(**{PIN_MEMORY.name: "1"}),
         )
     )
     assert f"{PIN_MEMORY.name}=1 is set here: the opt-in, and the answers below are for it" in text
@@ -95,7 +94,7 @@ def test_a_kernel_release_vllm_cannot_parse_is_its_old_kernel_path_with_the_gpu_
     assert got["verdicts"] == {"engine_start": "works", "offload_with_graphs": "broken", "pinned_memory": "slow"}
     assert got["verdicts"] == _ask(reported, RC, **{PIN_MEMORY.name: "1"})["verdicts"]
     assert "VLLM_WSL2_ENABLE_PIN_MEMORY" not in json.dumps(got["advice"])
-    text = _text(
+    text = printed(
         doctor(
             "--stack",
             "cuda",
@@ -107,7 +106,7 @@ def test_a_kernel_release_vllm_cannot_parse_is_its_old_kernel_path_with_the_gpu_
             "v1",
             "--matrix",
             reported,
-            env=_clean_env(**{PIN_MEMORY.name: "1"}),
+            env=clean_env(**{PIN_MEMORY.name: "1"}),
         )
     )
     assert "but on this kernel vLLM never reads it: the answers below are without it" in text
@@ -164,7 +163,7 @@ def test_releases_that_pick_the_runner_by_architecture_are_answered_for_the_mode
 
     def ask(vllm: str, *more: str) -> dict:
         flags = ("--json", "--stack", "cuda", "--kernel", NEW, "--vllm", vllm, "--matrix", matrix, *more)
-        return answered(doctor(*flags, env=_clean_env()))
+        return answered(doctor(*flags, env=clean_env()))
 
     deepseek = ask("0.28.0", "--arch", "DeepseekV2ForCausalLM")
     assert (deepseek["cell"], deepseek["verdicts"]["engine_start"]) == ("cuda-wsl2new-v2-graph", "needs-opt-in")
@@ -173,7 +172,7 @@ def test_releases_that_pick_the_runner_by_architecture_are_answered_for_the_mode
     gemma = ask("0.24.0", "--arch", "Gemma3ForCausalLM")
     assert (gemma["cell"], gemma["verdicts"]["engine_start"]) == ("cuda-wsl2new-v1-graph", "works")
     assert ask("0.24.0", "--arch", "Gemma3ForCausalLM", "--moe")["asked"]["model_class"] == "moe"
-    text = _text(
+    text = printed(
         doctor(
             "--stack",
             "cuda",
@@ -185,7 +184,7 @@ def test_releases_that_pick_the_runner_by_architecture_are_answered_for_the_mode
             "DeepseekV2ForCausalLM",
             "--matrix",
             matrix,
-            env=_clean_env(),
+            env=clean_env(),
         )
     )
     assert (
@@ -207,7 +206,7 @@ def test_releases_that_pick_the_runner_by_architecture_are_answered_for_the_mode
     )
     (model / "config.json").write_text("{}")
     assert "its config.json lists no architectures" in one_error_line(
-        doctor("--stack", "cuda", "--model", str(model), "--matrix", matrix, env=_clean_env())
+        doctor("--stack", "cuda", "--model", str(model), "--matrix", matrix, env=clean_env())
     )
 
 
@@ -215,10 +214,10 @@ def test_releases_that_pick_the_runner_by_architecture_are_answered_for_the_mode
 def test_a_release_without_a_working_v1_runner_is_answered_broken_on_it(tmp_path):
     matrix = _by_architecture(tmp_path)
     flags = ("--json", "--stack", "cuda", "--kernel", NEW, "--vllm", "0.34.0", "--matrix", matrix)
-    assert answered(doctor(*flags, env=_clean_env()))["cell"] == "cuda-wsl2new-v2-graph"
+    assert answered(doctor(*flags, env=clean_env()))["cell"] == "cuda-wsl2new-v2-graph"
     for got in (
-        answered(doctor(*flags, "--runner", "v1", env=_clean_env())),
-        answered(doctor(*flags, env=_clean_env(**{V2_MODEL_RUNNER.name: "0"}))),
+        answered(doctor(*flags, "--runner", "v1", env=clean_env())),
+        answered(doctor(*flags, env=clean_env(**{V2_MODEL_RUNNER.name: "0"}))),
     ):
         assert (got["cell"], got["verdicts"]["engine_start"]) == ("cuda-wsl2new-v1-graph", "broken")
 
@@ -227,10 +226,10 @@ def test_a_release_without_a_working_v1_runner_is_answered_broken_on_it(tmp_path
 def test_check_it_here_names_the_users_own_release(tmp_path):
     matrix = _by_architecture(tmp_path)
     flags = ("--stack", "cuda", "--kernel", NEW, "--runner", "v1", "--matrix", matrix)
-    text = _text(doctor(*flags, "--vllm", "0.30.1", env=_clean_env()))
+    text = printed(doctor(*flags, "--vllm", "0.30.1", env=clean_env()))
     assert 'check it here: nox -s "cell(cuda, wsl2new, v1, graph)" -- --vllm 0.30.1\n' in text
     assert f"(vLLM 0.30.1 is not in --matrix {matrix}: the answer above is 0.30.0's, the check runs 0.30.1)" in text
-    same = _text(doctor(*flags, "--vllm", "0.28.0", env=_clean_env()))
+    same = printed(doctor(*flags, "--vllm", "0.28.0", env=clean_env()))
     assert "-- --vllm 0.28.0\n" in same and "is not in" not in same
 
 
@@ -281,6 +280,6 @@ def test_a_rocm_machines_collect_env_is_read(tmp_path):
     path = tmp_path / "collect-env.txt"
     path.write_text(ROCM_COLLECT_ENV)
     got = answered(
-        doctor("--json", "--collect-env", str(path), "--matrix", _by_architecture(tmp_path), env=_clean_env())
+        doctor("--json", "--collect-env", str(path), "--matrix", _by_architecture(tmp_path), env=clean_env())
     )
     assert (got["cell"], got["asked"]["stack"], got["vllm"]) == ("rocm-wsl2new-v2-graph", "rocm", "0.33.0")

@@ -14,86 +14,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from builders import GATE, NIGHT, WSL2NEW, claims_file, night, results, runner
 from conftest import ROOT, committed_history, gpu_machine, run_module
 
 from matrix.bundle import Bundle, BundledCell
-from matrix.cells import CELLS, Cell, select
-from matrix.envelope import RunInfo
+from matrix.cells import select
 from matrix.evidence import Source, add, add_bundles, origin
 from matrix.host.record import EnvironmentRecord
-from matrix.junit import parse, write_cell_results
-from matrix.plan import CellPlan, Execution
+from matrix.junit import parse
+from matrix.plan import Execution
 from matrix.releases import VLLM_VERSION
 from matrix.report.claims import load_claims
 from matrix.report.model import build_report
 from matrix.report.outputs import report_outputs
-
-WSL2NEW = select("cuda-wsl2new-*")
-GATE = RunInfo(
-    env=EnvironmentRecord({"packages": {"vllm": {"version": VLLM_VERSION}}, "host": {"detected": "linux"}}),
-    kit_commit="test",
-    runner_name="gate-runner",
-    started_at="2026-12-01T03:17:00+00:00",
-)
-
-
-# The night's workflow run, as GitHub names it in the publish job and in every step of the cell jobs.
-NIGHT = "https://github.com/owner/kit/actions/runs/41"
-
-
-def runner(name: str, host: str, started_at: str = "2026-12-02T03:17:00+00:00", run_id: str = "41") -> RunInfo:
-    """A runner with a GPU on ``host``, as its environment record says, in workflow run ``run_id``."""
-    env = gpu_machine(host)
-    env["environment"] = {
-        **env["environment"],
-        "GITHUB_RUN_ID": run_id,
-        "GITHUB_RUN_ATTEMPT": "2",
-        "GITHUB_JOB": "cell",
-    }
-    return dataclasses.replace(GATE, env=EnvironmentRecord(env), runner_name=name, started_at=started_at)
-
-
-def results(out: Path, cells: list[Cell], execution: Execution, run: RunInfo, failing: str = "") -> Path:
-    """What a cell session's split writes for ``cells``: one passing case each, or failing with ``failing``."""
-    out.mkdir(parents=True, exist_ok=True)
-    raw = out / "pytest.junit"
-    failure = f'<failure message="{failing}" type="AssertionError">trace</failure>' if failing else ""
-    raw.write_text(
-        "<testsuites><testsuite name='pytest'>"
-        + "".join(
-            f'<testcase classname="tests.cell.test_repro" name="test_offload_{c.id}" time="1.5">'
-            f'<properties><property name="cell" value="{c.id}"/></properties>{failure}'
-            "<system-out>a long log nobody keeps</system-out></testcase>"
-            for c in cells
-        )
-        + "</testsuite></testsuites>"
-    )
-    write_cell_results([CellPlan(c, execution, "faked for the test") for c in cells], raw, run, out)
-    raw.unlink()
-    return out
-
-
-def night(root: Path, started_at: str = "2026-12-02T03:17:00+00:00") -> Path:
-    """artifacts/ of a night: the gate job's 24 predictions, the CUDA WSL2-new runner's native run of its four
-    cells, and a ROCm WSL2-new runner that found itself misrouted (its artifact says so)."""
-    artifacts = root / "artifacts"
-    results(artifacts / "junit-gate" / VLLM_VERSION / "gate", list(CELLS), Execution.GATE_ONLY, GATE)
-    wsl = runner("wsl-box", "wsl2new", started_at)
-    results(artifacts / "junit-cuda-wsl2new" / VLLM_VERSION / "cell", WSL2NEW, Execution.NATIVE, wsl)
-    misrouted = runner("linux-box", "linux", started_at)
-    results(artifacts / "junit-rocm-wsl2new" / "misrouted", select("rocm-wsl2new-*"), Execution.MISROUTED, misrouted)
-    return artifacts
-
-
-def claims_file(root: Path) -> Path:
-    """The night's plan as the plan job hands it to the report (``plan --format runners``)."""
-    jobs = [
-        {"name": kind, "artifact": f"junit-{kind}", "cells": [c.id for c in select(f"{kind}-*")]}
-        for kind in ("cuda-wsl2new", "rocm-wsl2new")
-    ]
-    path = root / "runners.json"
-    path.write_text(json.dumps({"include": jobs, "not_planned": []}))
-    return path
 
 
 def test_a_nights_gpu_results_are_kept_once_and_its_predictions_and_misroutes_never(tmp_path):

@@ -8,17 +8,13 @@ import json
 import platform
 import subprocess
 import sys
-from importlib import metadata
 
 import pytest
 
 from matrix.cells import Host, Stack
 from repro.gate import GateRequest, evaluate
 
-pytestmark = pytest.mark.skipif(
-    not any(d.metadata["Name"] == "vllm" for d in metadata.distributions()),
-    reason="vLLM is not installed: run through `nox -s tests`, which installs it",
-)
+pytestmark = pytest.mark.needs_vllm
 
 # Whatever host this is (a WSL2 runner's uname says "microsoft"), evaluating must not change it.
 UNAME_BEFORE = platform.uname()

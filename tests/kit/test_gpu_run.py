@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from builders import kit_as_sent
 from conftest import ROOT, require_gate_only, run_module
 
 from matrix.cells import select
@@ -32,15 +33,6 @@ from repro import gpu_run
 MAX_FILES, MAX_FILE, MAX_FILES_TOTAL = 8, 16 << 20, 64 << 20
 FILE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 GROUPS = {"gate", "probe", "repro"}
-
-
-def kit_as_sent(kit: Path) -> Path:
-    """A copy of the kit's tree at ``kit`` as a device call sends it: tracked and untracked-not-ignored files."""
-    for path in gpu_run.tree_files():
-        target = kit / path.relative_to(ROOT)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
-    return kit
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import jsonschema
 import pytest
+from builders import NOW, envelope, gate_case
 from conftest import ROOT, run_module
 from package_index import point_pip_at, refusing_url, served, write_index
-from test_report import NOW, envelope, gate_case
 
 from matrix import history_cache, release_index
 from matrix.errors import MatrixError

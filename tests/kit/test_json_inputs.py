@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from builders import gate_case, write_suite
 from conftest import ROOT, run_module
-from test_report import gate_case, write_suite
 
 from matrix.bounded_json import MAX_DIGITS
 

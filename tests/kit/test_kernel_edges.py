@@ -5,8 +5,6 @@ is only honest if the answers are a fresh process's. Proved here against the gat
 children, with the real installed vLLM.
 """
 
-from importlib import metadata
-
 import pytest
 
 from matrix.cells import Host, Stack
@@ -39,10 +37,7 @@ def test_edge_names_are_distinct():
     assert len({edge.name for edge in KERNEL_EDGES}) == len(KERNEL_EDGES)
 
 
-@pytest.mark.skipif(
-    not any(d.metadata["Name"] == "vllm" for d in metadata.distributions()),
-    reason="vLLM is not installed: run through `nox -s tests`, which installs it",
-)
+@pytest.mark.needs_vllm
 def test_cleared_caches_answer_as_a_fresh_process():
     # Each host as the gate presents it, asked in turn: a cache left uncleared would repeat the one before.
     hosts = (Host.WSL2NEW, Host.LINUX, Host.WSL2OLD)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from builders import write_suite
 from conftest import run_module
-from test_report import write_suite
 
 from matrix.cells import CELLS
 from matrix.report.model import MAX_RELEASES, build_report

@@ -7,8 +7,8 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from builders import NOW, gate_case, write_suite
 from markupsafe import escape
-from test_report import NOW, gate_case, write_suite
 
 from matrix.cells import CELLS, Cell
 from matrix.report import render_html

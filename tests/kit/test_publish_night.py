@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import NIGHT, claims_file, night
 from conftest import ROOT
-from test_evidence import NIGHT, claims_file, night
 
 from matrix.releases import VLLM_VERSION
 

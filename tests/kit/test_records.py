@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_report import gate_case, report_of, write_suite
+from builders import gate_case, report_of, write_suite
 
 from matrix.cells import Cell, Host, Stack, select
 from matrix.envelope import ENVELOPE_SCHEMA, Envelope

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 import json
 import os
@@ -12,6 +11,7 @@ from xml.etree import ElementTree
 
 import jsonschema
 import pytest
+from builders import SCHEMA, envelope, gate_case, report_of, write_suite
 from conftest import ROOT, require_gate_only, run_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,37 +19,9 @@ from hypothesis import strategies as st
 from matrix.cells import CELLS
 from matrix.plan import Execution, cell_pytest_args
 from matrix.report import render_html, render_json, render_md
-from matrix.report.model import build_report
-from matrix.report.render_json import SCHEMA_FILE
 from matrix.report.status import Status
 
 CORPUS = ROOT / "tests" / "corpus"
-NOW = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
-SCHEMA = json.loads(SCHEMA_FILE.read_text())
-
-
-def envelope(cell: str, vllm: str = "0.33.0", started: str = "2026-11-29T12:00:00+00:00", **extra) -> str:
-    props = {"cell_id": cell, "vllm_version": vllm, "started_at": started, "execution": "gate-only", **extra}
-    return "<properties>" + "".join(f'<property name="{k}" value="{v}"/>' for k, v in props.items()) + "</properties>"
-
-
-def write_suite(path: Path, cell: str, cases: list[str], **env) -> Path:
-    path.write_text(
-        f'<testsuites><testsuite name="{cell}">{envelope(cell, **env)}{"".join(cases)}</testsuite></testsuites>'
-    )
-    return path
-
-
-def gate_case(name: str, key: str, pin_env: str, observed: str, failure: str = "") -> str:
-    props = (
-        f'<properties><property name="gate_key" value="{key}"/><property name="pin_env" value="{pin_env}"/>'
-        f'<property name="observed" value="{observed}"/></properties>'
-    )
-    return f'<testcase classname="tests.cell.test_gate" name="{name}">{props}{failure}</testcase>'
-
-
-def report_of(*inputs, **kw):
-    return build_report([str(i) for i in inputs], kit_commit="test", now=NOW, **kw)
 
 
 def by_id(report, vllm="0.33.0"):

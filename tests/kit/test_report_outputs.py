@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from builders import gate_case, write_suite
 from conftest import ROOT, run_module
-from test_report import gate_case, write_suite
 
 OUTPUTS = ("COMPATIBILITY.md", "index.html", "strips.svg", "bandwidth.svg", "compat.json")
 

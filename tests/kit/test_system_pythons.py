@@ -23,6 +23,7 @@ from xml.etree import ElementTree
 import pytest
 from conftest import ROOT
 
+from matrix import __version__
 from matrix.cells import CELLS
 from matrix.host.classify import ENV_SCHEMA
 from matrix.plan import PLAN_SCHEMA
@@ -115,6 +116,11 @@ def test_the_doctor_answers_for_the_set_up_asked(python):
     assert set(got["verdicts"]) == {q.value for q in Question}
     for question, verdict in got["verdicts"].items():
         assert verdict in text, f"the text answer lacks {question}'s verdict {verdict}"
+
+
+def test_the_commands_say_the_kits_version(python):
+    assert succeeded(matrix(python, "--version")) == f"python -m matrix {__version__}\n"
+    assert succeeded(matrix(python, "doctor", "--version")) == f"python -m matrix doctor {__version__}\n"
 
 
 @pytest.mark.reads_host

@@ -11,7 +11,7 @@ import json
 
 import jsonschema
 import pytest
-from test_report import NOW, SCHEMA, gate_case, write_suite
+from builders import BUILT, CAP_WARNING, CUDA_NEW_KERNEL, CUDA_OLD_KERNEL, NATIVE, NOW, SCHEMA, suite
 
 from matrix.errors import MatrixError
 from matrix.questions import Level, Question, Verdict
@@ -19,45 +19,6 @@ from matrix.report import render_html, render_json, render_md
 from matrix.report.model import build_report
 from matrix.report.view import advice, build_view, plain, why
 from matrix.verdicts import load_verdict_rules
-
-# What vLLM decides on each host, as the gate records it: (key, pin_env) -> observed.
-# A kit that records the engine config (0.34.0's V1 cells are refused) says it was built; older records do not.
-BUILT = {("engine_config", p): "built" for p in ("unset", "1")}
-NATIVE = (
-    BUILT
-    | {("imports", p): "True" for p in ("unset", "1")}
-    | {("pin", p): "True" for p in ("unset", "1")}
-    | {("offload_path", p): "uva" for p in ("unset", "1")}
-    | {("v2_buffer", p): "UvaBuffer" for p in ("unset", "1")}
-)
-# CUDA on a new WSL2 kernel: nothing pinned unless opted in (0.24.0+, #41496); the V2 runner crashed before 0.30.
-CUDA_NEW_KERNEL = (
-    BUILT
-    | {("imports", p): "True" for p in ("unset", "1")}
-    | {
-        ("pin", "unset"): "False",
-        ("pin", "1"): "True",
-        ("offload_path", "unset"): "pageable-copy",
-        ("offload_path", "1"): "uva",
-        ("v2_buffer", "unset"): "crash: UVA is not available",
-        ("v2_buffer", "1"): "UvaBuffer",
-    }
-)
-# What vLLM (0.24.0+) logs as it builds the config of an engine that offloads with CUDA graphs on WSL2.
-CAP_WARNING = {("pin_cap_warning", p): "True" for p in ("unset", "1")}
-# CUDA on an old kernel: nothing pinned whatever the variable says.
-CUDA_OLD_KERNEL = (
-    BUILT
-    | {("imports", p): "True" for p in ("unset", "1")}
-    | {("pin", p): "False" for p in ("unset", "1")}
-    | {("offload_path", p): "pageable-copy" for p in ("unset", "1")}
-    | {("v2_buffer", p): "crash: UVA is not available" for p in ("unset", "1")}
-)
-
-
-def suite(tmp_path, cell: str, values: dict, vllm: str = "0.29.0", **env):
-    cases = [gate_case(f"{key}-{pin}", key, pin, observed) for (key, pin), observed in values.items()]
-    return write_suite(tmp_path / f"{cell}-{vllm}.xml", cell, cases, vllm=vllm, **env)
 
 
 def verdicts(tmp_path, *suites):

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import kit_as_sent
 from conftest import require_gate_only
-from test_gpu_run import kit_as_sent
 
 from matrix.host.facts import torch_info, vllm_info
 

@@ -16,7 +16,6 @@ import re
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,10 +26,7 @@ from matrix.cli import KIT_ROOT
 from matrix.errors import MatrixError
 from matrix.vllm_source import describe, installed_release, lay_over, python_path
 
-pytestmark = pytest.mark.skipif(
-    not any(d.metadata["Name"] == "vllm" for d in metadata.distributions()),
-    reason="vLLM is not installed: run through `nox -s tests`, which installs it",
-)
+pytestmark = pytest.mark.needs_vllm
 
 GATE = "vllm/platforms/cuda.py"
 # The CUDA gate's kernel floor: raised past the kernel a new-kernel cell presents, so that cell stops pinning.
