@@ -282,19 +282,24 @@ def gpu_evidence_missing(record: EnvironmentRecord, envelope: Envelope, cases: l
     return ""
 
 
+# A workflow run's page, as GitHub names it (``$GITHUB_SERVER_URL/<owner>/<repo>/actions/runs/<id>``): its id.
+WORKFLOW_RUN = re.compile(r"https?://\S+/actions/runs/(\d+)")
+
+
 def from_workflow_run(record: EnvironmentRecord, run: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     """Why a runner's result was not made by the workflow run at ``run`` (its page), or empty; and, where it was,
     the envelope properties that say so: an artifact left from another run, or a file put where the night's
     artifacts are, names another run or none. GitHub sets the run's id, attempt and job in every step's
     environment, and the environment record keeps them."""
-    run_id = run.rstrip("/").rpartition("/")[2]
+    named_run = WORKFLOW_RUN.fullmatch(run)
+    run_id = named_run[1] if named_run else ""
     said = _at(record.data, "environment", "GITHUB_RUN_ID")
     if said != run_id:
         named = f"workflow run {said}" if said else "no workflow run"
         return f"its environment record names {named}, not the night's ({run})", ()
     attempt = str(_at(record.data, "environment", "GITHUB_RUN_ATTEMPT") or "1")
     job = str(_at(record.data, "environment", "GITHUB_JOB") or "")
-    return "", (("workflow_run", f"{run.rstrip('/')}/attempts/{attempt}"), ("workflow_job", job))
+    return "", (("workflow_run", f"{run}/attempts/{attempt}"), ("workflow_job", job))
 
 
 def _at(data: object, *path: str) -> object:

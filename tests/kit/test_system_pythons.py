@@ -21,6 +21,7 @@ from typing import NamedTuple
 from xml.etree import ElementTree
 
 import pytest
+from builders import clean_env
 from conftest import ROOT
 
 from matrix import __version__
@@ -28,7 +29,6 @@ from matrix.cells import CELLS
 from matrix.host.classify import ENV_SCHEMA
 from matrix.plan import PLAN_SCHEMA
 from matrix.questions import Question
-from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
 
 VERSIONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13")
 # No PYTHONPATH (-E), no user site (-s), no site module, hence no site-packages (-S); no bytecode left in the kit (-B).
@@ -87,11 +87,10 @@ def python(request) -> Python:
 
 def matrix(python: Python, *args: str) -> subprocess.CompletedProcess:
     """``python -E -s -S -B -m matrix ARGS`` from the kit's root, without the variables the doctor reads."""
-    env = {k: v for k, v in os.environ.items() if k not in (PIN_MEMORY.name, V2_MODEL_RUNNER.name)}
     return subprocess.run(
         [python.path, *STDLIB_ONLY, "-m", "matrix", *args],
         cwd=ROOT,
-        env=env,
+        env=clean_env(),
         capture_output=True,
         text=True,
         timeout=120,
