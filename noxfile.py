@@ -2,7 +2,7 @@
 
 Cells come from matrix.cells, the one place they are defined. Options after `--`:
 `--vllm X.Y.Z` picks the vLLM release (default below), `--vllm path/to/vllm-*.whl` a wheel,
-`--vllm path/to/vllm` a source checkout (its files over its release's compiled ones: matrix.vllm_source),
+`--vllm path/to/vllm` a source checkout (its files over its release's compiled ones: matrix.commands.vllm_source),
 `--vllm installed` the vLLM and torch of the Python nox runs in, installing nothing (with
 `nox --no-venv`); anything else goes to pytest.
 """
@@ -29,17 +29,19 @@ from packaging.version import InvalidVersion, Version
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from matrix import history_cache, release_index, vllm_source  # noqa: E402
 from matrix.cells import CELLS, Host, select  # noqa: E402
+from matrix.commands import vllm_source  # noqa: E402
+from matrix.commands.here import detected_plan  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
-from matrix.groups import GROUP_TESTS  # noqa: E402
-from matrix.host.here import detected_plan  # noqa: E402
 from matrix.host.record import EnvironmentRecord  # noqa: E402
-from matrix.layout import ENGINE_BENCHES, EVIDENCE_STORE, PROBES, UNKNOWN_RELEASE, run_dir  # noqa: E402
 from matrix.plan import Plan, cell_pytest_args  # noqa: E402
-from matrix.releases import VLLM_VERSION  # noqa: E402
+from matrix.releases import UNKNOWN_RELEASE, VLLM_VERSION  # noqa: E402
 from matrix.report.bench import TEST_SERVER  # noqa: E402
-from matrix.variables import CACHE_ROOT, HOST_IP, NO_USAGE_STATS  # noqa: E402
+from matrix.store import history_archive, history_key, release_index  # noqa: E402
+from matrix.store.groups import GROUP_TESTS  # noqa: E402
+from matrix.store.history import recheck_choice, run_history  # noqa: E402
+from matrix.store.layout import ENGINE_BENCHES, EVIDENCE_STORE, PROBES, run_dir  # noqa: E402
+from matrix.variables import CACHE_ROOT, HOST_IP, NO_USAGE_STATS, SMOKE_IMAGE  # noqa: E402
 from repro import emulation  # noqa: E402
 from tools import clean_machine as fresh  # noqa: E402
 from tools import docker_smoke as smoke  # noqa: E402
@@ -113,9 +115,9 @@ def _install_chosen(session: nox.Session, vllm: str, full: bool) -> None:
 
 
 def _lay_over(session: nox.Session, tree: vllm_source.SourceTree, tmp: Path) -> None:
-    """The checkout over the release just installed (``matrix.vllm_source``), first on every process's path."""
+    """The checkout over the release just installed (``matrix.commands.vllm_source``), first on every process's path."""
     layer = tmp / "vllm-source"
-    session.run("python", "-m", "matrix.vllm_source", str(tree.path), "--out", str(layer))
+    session.run("python", "-m", "matrix", "vllm-layer", str(tree.path), "--out", str(layer))
     session.env["PYTHONPATH"] = vllm_source.python_path(layer, os.environ.get("PYTHONPATH"))
 
 
@@ -185,7 +187,7 @@ def _install_vllm(session: nox.Session, install, vllm: str, full: bool) -> None:
 def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str, ...] = GROUP_TESTS["cell"]) -> None:
     """Install, run the cells' tests (``_test_cells``) into results/<vLLM>/<group>/<cell>.xml, print the table.
 
-    ``group`` names the tests run (matrix.layout): sessions that run different tests never share a directory.
+    ``group`` names the tests run (matrix.store.layout): sessions that run different tests never share a directory.
     """
     args, pytest_args = _options(session)
     cells = select(pattern)
@@ -424,7 +426,7 @@ def _release_python(session: nox.Session, version: str) -> str:
     return str(env / "bin" / "python")
 
 
-COMMITTED_HISTORY = history_cache.COMMITTED_HISTORY
+COMMITTED_HISTORY = history_archive.COMMITTED_HISTORY
 # The `python -m matrix` commands a release's history runs (_test_cells, _record_environment): their code is in the key.
 HISTORY_COMMANDS = ("env", "plan", "split")
 
@@ -432,7 +434,7 @@ HISTORY_COMMANDS = ("env", "plan", "split")
 def _history(session: nox.Session, *, record: bool) -> list[str]:
     """Every release's gate and engine-config tests of 24 cells -> results/history/<v>/, through the history cache.
 
-    A release whose key (matrix.history_cache: the release, the lock, torch, Python, this machine's plan, the
+    A release whose key (matrix.store.history_key: the release, the lock, torch, Python, this machine's plan, the
     recipe below and every kit file it runs) is cached, or committed in COMMITTED_HISTORY, is copied from there;
     the others are run in a venv of their own and cached. One line per release says which, with the key and the
     time it took. ``record``: COMMITTED_HISTORY ends holding each release's results for its key, to be committed.
@@ -464,12 +466,12 @@ def _history(session: nox.Session, *, record: bool) -> list[str]:
     tmp = Path(session.create_tmp())
     try:
         recheck = _recheck(session, args.recheck, versions)
-        files = history_cache.key_files(ROOT, GROUP_TESTS["gate"], HISTORY_COMMANDS)
+        files = history_key.key_files(ROOT, GROUP_TESTS["gate"], HISTORY_COMMANDS)
     except MatrixError as exc:
         session.error(str(exc))
     recipe = "".join(inspect.getsource(step) for step in (_install, _install_vllm, _record_environment, _test_cells))
     releases = [
-        history_cache.key_inputs(
+        history_key.key_inputs(
             ROOT,
             version,
             lock=(ROOT / GATE_LOCK).read_text(),
@@ -492,10 +494,10 @@ def _history(session: nox.Session, *, record: bool) -> list[str]:
             # Failed tests are a result here too: an old release that breaks a rule is what history is for.
             _test_cells(session, python, "all", GROUP_TESTS["gate"], (), where, out)
 
-    cache = history_cache.cache_dir(os.environ)
+    cache = history_archive.cache_dir(os.environ)
     session.log(f"history cache {cache}: {len(files)} kit files in each key")
     started = time.perf_counter()
-    outcomes = history_cache.run_history(
+    outcomes = run_history(
         releases,
         compute,
         results=RESULTS / "history",
@@ -537,7 +539,7 @@ def _recheck(session: nox.Session, option: str | None, versions: list[str]) -> f
         return frozenset()
     if option == "auto":
         commit = session.run("git", "-C", str(ROOT), "rev-parse", "HEAD", external=True, silent=True)
-        return history_cache.recheck_choice(versions, (commit or "").strip())
+        return recheck_choice(versions, (commit or "").strip())
     named = {_release(session, v.strip(), "--recheck") for v in option.split(",") if v.strip()}
     if named - set(versions):
         raise MatrixError(f"--recheck {option}: {sorted(named - set(versions))} not in --versions; name those run")
@@ -558,7 +560,7 @@ def history(session: nox.Session) -> None:
 def publish(session: nox.Session) -> None:
     """The history (options after `--` as for history), then docs/matrix/ (the published table) from it.
 
-    Its inputs: results/history/, the evidence store (every GPU's result kept: matrix.evidence) with its probe
+    Its inputs: results/history/, the evidence store (every GPU's result kept: matrix.store.evidence) with its probe
     and engine-level benchmark records, and docs/bench/. The history's results behind it are kept beside it, in
     COMMITTED_HISTORY, and the doctor's part of it in matrix/doctor/matrix.json: commit all. The nightly workflow's
     publish job writes the same from the committed history when a night adds evidence.
@@ -582,7 +584,7 @@ def publish(session: nox.Session) -> None:
     # Exit 1 is a matrix with cells to look at, written: a GPU's regression is what the matrix is for publishing.
     session.run("python", "-m", "matrix", "report", *inputs, "--out", "docs/matrix", success_codes=[0, 1])
     # What the doctor answers from wherever the kit is installed: its part of the matrix, in the package.
-    session.run("python", "-m", "matrix.doctor.published", "docs/matrix/compat.json")
+    session.run("python", "-m", "matrix", "doctor-matrix", "docs/matrix/compat.json")
 
 
 @nox.session(default=False)
@@ -678,7 +680,7 @@ def clean(session: nox.Session) -> None:
     fails on it; the runs that passed or failed stay.
     """
     session.install("-e", ".[report]")
-    session.run("python", "-m", "matrix.cleanup", str(RESULTS))
+    session.run("python", "-m", "matrix", "clean-results", str(RESULTS))
 
 
 @nox.session(default=False)
@@ -806,7 +808,7 @@ def docker_smoke(session: nox.Session) -> None:
         docker_host = _docker_engine(stack, run, SMOKE / "dockerd.log")
         image = _smoke_image(session, docker_host)
         session.log(f"engine and image {image} ready in {time.perf_counter() - started:.0f} s")
-        env = {"DOCKER_HOST": docker_host, "WSLPIN_SMOKE_IMAGE": image}
+        env = {"DOCKER_HOST": docker_host, SMOKE_IMAGE.name: image}
         session.run("python", "-m", "pytest", "tests/kit/test_container.py", "-rs", *session.posargs, env=env)
     session.log(f"docker_smoke took {time.perf_counter() - started:.0f} s")
 

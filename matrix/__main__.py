@@ -13,7 +13,6 @@ import argparse
 import datetime as dt
 import glob
 import json
-import re
 import shutil
 import sys
 import tempfile
@@ -21,15 +20,15 @@ from pathlib import Path
 
 from matrix import __version__
 from matrix.cells import Cell, select
-from matrix.cli import run_command_line
+from matrix.commands.here import detected_plan
 from matrix.errors import MatrixError
 from matrix.host import facts
-from matrix.host.here import detected_plan
 from matrix.host.record import EnvironmentRecord
-from matrix.layout import EVIDENCE_STORE
 from matrix.plan import Execution, Plan, load_plan
 from matrix.releases import VLLM_VERSION
-from matrix.report.visible import visible
+from matrix.store.layout import EVIDENCE_STORE
+from matrix.text.cli import run_command_line
+from matrix.text.visible import visible
 from matrix.variables import GATE_PIN_VALUES
 
 
@@ -62,10 +61,28 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     # Here, not at the top nor in build_parser: what the history's `env`, `plan` and `split` import is its cache
-    # key (matrix/history_cache.py), and the doctor changes no release's results.
+    # key (matrix/store/history_key.py), and the doctor changes no release's results.
     from matrix.doctor import cli
 
     return cli.main(args.args, prog="python -m matrix doctor")
+
+
+# Commands whose module keeps a parser of its own (``build_parser(prog)``), imported only when the command runs:
+# every argument, --help included, goes to it.
+OWN_PARSERS = {
+    "annotations": ("matrix.commands.annotations", "the report's cells to look at, as GitHub workflow commands"),
+    "vllm-step": ("matrix.ci.vllm_step", "a step for vLLM's own Buildkite pipeline that runs the kit's gate"),
+    "doctor-matrix": ("matrix.doctor.published", "write the doctor's part of a compat.json: the matrix it carries"),
+    "clean-results": ("matrix.commands.cleanup", "remove the results of cells that crashed (nox -s clean)"),
+    "vllm-layer": ("matrix.commands.vllm_source", "lay a vLLM source checkout over this Python's vLLM release"),
+}
+
+
+def cmd_own_parser(args: argparse.Namespace) -> int:
+    import importlib
+
+    module = importlib.import_module(OWN_PARSERS[args.command][0])
+    return run_command_line(lambda: module.build_parser(f"python -m matrix {args.command}"), args.args)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -98,7 +115,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"{p.cell.id.ljust(width)}  {p.execution.value:<9}  {visible(p.reason)}")
     misrouted = [p for p in plan.cells if p.execution is Execution.MISROUTED]
     if misrouted and args.misrouted_out:
-        from matrix.misrouted import write_misrouted
+        from matrix.commands.misrouted import write_misrouted
 
         written = write_misrouted(misrouted, args.vllm, Path(args.misrouted_out))
         print(visible(f"wrote {len(written)} misrouted result(s) to {args.misrouted_out}/"), file=sys.stderr)
@@ -154,7 +171,7 @@ def cmd_split(args: argparse.Namespace) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from matrix.summary import render, summarize
+    from matrix.commands.summary import render, summarize
 
     out = Path(args.results)
     paths = [out / f"{cell.id}.xml" for cell in select(_cells_arg(args))]
@@ -171,7 +188,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from matrix.report.write import write_report
+    from matrix.commands.report import write_report
 
     return write_report(
         args.inputs,
@@ -221,9 +238,9 @@ def cmd_page(args: argparse.Namespace) -> int:
 
 
 def cmd_import_run(args: argparse.Namespace) -> int:
-    from matrix.offline import import_run
-    from matrix.report.write import write_report
-    from matrix.summary import render, summarize
+    from matrix.commands.offline import import_run
+    from matrix.commands.report import write_report
+    from matrix.commands.summary import render, summarize
 
     imported = import_run(Path(args.folder), Path(args.results), args.name)
     for group, out in imported.directories.items():
@@ -231,7 +248,7 @@ def cmd_import_run(args: argparse.Namespace) -> int:
         print(f"{visible(group)}: {visible(out)}/")
         print(render([summarize(out / f"{cell.id}.xml") for cell in cells]))
     if imported.bench is not None:
-        from matrix.report.engine_bench import read_engine_bench, summary
+        from matrix.store.engine_bench import read_engine_bench, summary
 
         print("\n".join(visible(line) for line in summary(read_engine_bench(imported.bench))))
     with tempfile.TemporaryDirectory(prefix="wslpin-probes-") as probes:
@@ -244,8 +261,8 @@ def cmd_import_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
-    from matrix.bundle import issue_form_url, make, predicted_cells
-    from matrix.files import write_file
+    from matrix.io.files import write_file
+    from matrix.store.bundle import issue_form_url, make, predicted_cells
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -272,14 +289,14 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
 
 def cmd_evidence_add(args: argparse.Namespace) -> int:
-    from matrix.evidence import Source, add, add_bundles, add_probes, render
-    from matrix.report.claims import load_claims
+    from matrix.store.claims import load_claims
+    from matrix.store.evidence import WORKFLOW_RUN, Source, add, add_bundles, add_probes, render
 
     if args.source == "runner" and not args.runners:
         raise MatrixError(
             "--source runner needs --runners FILE, the night's plan: without it any artifact speaks for any cell"
         )
-    if args.source == "runner" and not re.fullmatch(r"https?://\S+/actions/runs/\d+", args.workflow_run or ""):
+    if args.source == "runner" and not WORKFLOW_RUN.fullmatch(args.workflow_run or ""):
         raise MatrixError(
             "--source runner needs --workflow-run URL, the night's run (…/actions/runs/<id>): without it an "
             "artifact left from another run is taken for the night's"
@@ -306,8 +323,8 @@ def cmd_evidence_add(args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from matrix.bisect import Question, bisect, render
-    from matrix.expectations import GATE_KEYS
+    from matrix.commands.bisect import Question, bisect, render
+    from matrix.judge.expectations import GATE_KEYS
 
     if args.key is not None and args.key not in GATE_KEYS:
         raise MatrixError(f"--key {args.key!r} is not a gate key; one of {', '.join(GATE_KEYS)}")
@@ -322,9 +339,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 
 def cmd_branch(args: argparse.Namespace) -> int:
-    from matrix.branch import against_release
+    from matrix.report.branch import against_release
     from matrix.report.render_branch import render
-    from matrix.report.visible import visible
+    from matrix.text.visible import visible
 
     release_results = Path(args.release_results) if args.release_results else None
     diff, source = against_release(Path(args.branch_results), release_results, select(args.cells))
@@ -339,9 +356,9 @@ def cmd_branch(args: argparse.Namespace) -> int:
 
 
 def cmd_releases(args: argparse.Namespace) -> int:
-    from matrix.cli import KIT_ROOT
-    from matrix.history_cache import COMMITTED_HISTORY
-    from matrix.release_index import releases, render, to_json
+    from matrix.store.history_archive import COMMITTED_HISTORY
+    from matrix.store.release_index import releases, render, to_json
+    from matrix.text.cli import KIT_ROOT
 
     found = releases(KIT_ROOT / COMMITTED_HISTORY)
     print(to_json(found) if args.json else "\n".join(render(found)))
@@ -543,6 +560,12 @@ def build_parser() -> argparse.ArgumentParser:
     page.add_argument("report", help="the directory `report` wrote")
     page.add_argument("--screenshot", required=True, help="PNG to write")
     page.set_defaults(func=cmd_page)
+
+    for name, (_, said) in OWN_PARSERS.items():
+        # As the doctor's: no character starts an option of this parser, so all of them reach the module's.
+        own = sub.add_parser(name, help=said, add_help=False, prefix_chars="\0")
+        own.add_argument("args", nargs=argparse.REMAINDER)
+        own.set_defaults(func=cmd_own_parser)
     return parser
 
 

@@ -2,9 +2,9 @@
 
 A case names the cell it belongs to (the split files it by that), the value of VLLM_WSL2_ENABLE_PIN_MEMORY it ran
 under and how the cell ran; where it compares one of vLLM's decisions with its rule, what vLLM decided, what the
-rule expects, the rule, and the upstream issue of a known failure; and the kernel edge whose uname it ran under
-(tests/cell/test_kernel_edges.py), where it did. Any other property of a case (timings, metrics, engine settings)
-is a detail, shown as it is.
+rule expects, the rule, and the upstream issue of a known failure; the kernel edge whose uname it ran under
+(tests/cell/test_kernel_edges.py), where it did; and that a vLLM child ran out of time, where one did. Any other
+property of a case (timings, metrics, engine settings) is a detail, shown as it is.
 
 Every value is a string, as JUnit holds it. A decided or expected value is spelled as Python prints it (``True``,
 ``pageable-copy``): what verdicts.toml's globs match. The suite's envelope keeps the lower-case booleans every kit
@@ -21,7 +21,7 @@ from typing import NamedTuple
 class Decision(NamedTuple):
     """One of vLLM's decisions a case compared with its rule."""
 
-    key: str  # a gate key (matrix/expectations.py), or "runner"
+    key: str  # a gate key (matrix/judge/expectations.py), or "runner"
     pin_env: str
     observed: str
 
@@ -39,6 +39,9 @@ class CaseFacts:
     rule: str | None = None
     issue: str | None = None
     kernel_edge: str | None = None
+    # A vLLM child gave no answer because it ran out of time (repro/isolation.py's Outcome.timed_out): the
+    # machine's load, not the inputs', so the history never keeps such a run (matrix.store.history).
+    timed_out: str | None = None
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> CaseFacts:
@@ -60,6 +63,9 @@ class CaseFacts:
         """``decision``, unless it was made under a kernel edge's uname rather than the cell's host."""
         return None if self.kernel_edge is not None else self.decision
 
+
+# How long a case's vLLM children took (details, not facts): the machine's load, so volatile by nature.
+TIMINGS = frozenset({"gate_seconds", "engine_seconds", "probe_seconds"})
 
 _NAMES = tuple(field.name for field in fields(CaseFacts))
 

@@ -2,8 +2,8 @@
 
 On the wire it is a suite's ``<properties>`` (names and spellings fixed by
 ``wslpin-kit.envelope/1``, read by every report since); in the kit it is an
-``Envelope``, made here from a run's facts. ``matrix.junit`` and ``matrix.misrouted`` write it,
-``matrix.report.reading`` reads it back, all through this module only.
+``Envelope``, made here from a run's facts. ``matrix.junit`` and ``matrix.commands.misrouted`` write it,
+``matrix.store.reading`` reads it back, all through this module only.
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ _TEXT = (
     "torch_build",
     "vllm_requires_torch",
 )
+# What differs by nature between two runs that gave the same result: when a run started, which commit of the kit ran
+# it (one that changed no test gives the same cases), the hash of an environment record that holds those.
+RUN_STAMP = frozenset({"started_at", "kit_commit", "env_hash"})
+# What names the machine today: a runner renamed, or a kernel updated in place, gives the same answers.
+MACHINE_NAMES = frozenset({"runner_name", "kernel_release"})
+
 _TEXT_AFTER_MISMATCH = ("kernel_release",)
 _TEXT_AFTER_WSL = (
     "detected_host",
@@ -56,7 +62,7 @@ class Envelope:
     cell: Cell
     execution: Execution | None = None  # None: an envelope written by hand, without it
     execution_reason: str = ""
-    # The release's results directory name (matrix.layout), so file and envelope agree.
+    # The release's results directory name (matrix.store.layout), so file and envelope agree.
     vllm_version: str = ""
     vllm_commit: str = ""
     torch_version: str = ""

@@ -7,7 +7,7 @@ the envelope of provenance properties that the report reads. It writes the cases
 the kit makes itself too (a cell without results, a misrouted cell, cases an
 offline run's deadline left unrun), with the standard library only: a runner's
 bare Python writes the misrouted ones before anything is installed. And it writes the
-record of one cell's run that the evidence store keeps (matrix.evidence).
+record of one cell's run that the evidence store keeps (matrix.store.evidence).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from xml.etree.ElementTree import Element, SubElement, tostring
 from matrix.case_facts import CaseFacts
 from matrix.envelope import Envelope, RunInfo, envelope
 from matrix.errors import MatrixError
-from matrix.files import InputFileError, read_input, write_file
+from matrix.io.files import InputFileError, read_input, write_file
 from matrix.plan import CellPlan
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ TYPE_LIMIT = 200
 
 
 def record_file(kept: Envelope, cases: list[Element]) -> bytes:
-    """One cell's run as the evidence store keeps it (matrix.evidence): its envelope, and each case's name,
+    """One cell's run as the evidence store keeps it (matrix.store.evidence): its envelope, and each case's name,
     properties, outcome and message, nothing else; the same bytes whenever the same run is read, whatever held it."""
     from matrix.host.classify import scrub
 
@@ -211,7 +211,7 @@ def write_cell_results(
 
 
 def write_cells(plans: list[CellPlan], cases: list[Element], run: RunInfo, out: Path, no_results: str) -> list[Path]:
-    """Write each planned cell's files from ``cases``, replacing any link at their names (matrix.files)."""
+    """Write each planned cell's files from ``cases``, replacing any link at their names (matrix.io.files)."""
     env = run.env.to_json().encode()
     written = []
     for plan in plans:
@@ -225,6 +225,12 @@ def write_cells(plans: list[CellPlan], cases: list[Element], run: RunInfo, out: 
 
 # A test case's outcome as the file states it, before any judgement.
 PASSED, FAILED, ERROR, SKIPPED, XFAIL = "passed", "failed", "error", "skipped", "xfail"
+
+
+def as_text(element: Element) -> str:
+    """A JUnit tree (or part of one) as the text of a file: the kit's one writer of JUnit besides ``record_file``."""
+    return tostring(element, encoding="unicode")
+
 
 # How much of a failure's message is kept: tracebacks run to megabytes.
 MESSAGE_LIMIT = 2000
@@ -262,17 +268,29 @@ def parse(path: str | Path | BinaryIO) -> Element:
     return root
 
 
-def outcome(case: Element) -> tuple[str, str]:
-    """A ``<testcase>``'s outcome and message as the file states it (errors first, then failures, then skips)."""
+def _result(case: Element) -> tuple[str, Element | None]:
+    """A ``<testcase>``'s outcome as the file states it (errors first, then failures, then skips), and the
+    element that states it (None: passed)."""
     results = [child for child in case if child.tag in ("error", "failure", "skipped")]
     for tag, label in (("error", ERROR), ("failure", FAILED)):
         for r in results:
             if r.tag == tag:
-                return label, _message(r)
+                return label, r
     for r in results:
         if r.tag == "skipped":
-            return (XFAIL if r.get("type") == "pytest.xfail" else SKIPPED), _message(r)
-    return PASSED, ""
+            return (XFAIL if r.get("type") == "pytest.xfail" else SKIPPED), r
+    return PASSED, None
+
+
+def outcome_word(case: Element) -> str:
+    """A ``<testcase>``'s outcome alone: ``outcome`` without the cost of its message."""
+    return _result(case)[0]
+
+
+def outcome(case: Element) -> tuple[str, str]:
+    """A ``<testcase>``'s outcome and its message, as the file states them."""
+    word, result = _result(case)
+    return word, "" if result is None else _message(result)
 
 
 def _message(result: Element) -> str:

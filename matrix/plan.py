@@ -3,7 +3,7 @@
 A session decides that once and writes it as ``plan.json`` beside ``env.json``
 (``python -m matrix plan --env env.json --out plan.json``); pytest, the split and the
 container runner read that file, so every case and every suite of a run carry the same
-execution. Deciding is pure; reading the machine is matrix.host.here's.
+execution. Deciding is pure; reading the machine is matrix.commands.here's.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from matrix.cells import Cell, Host, StrEnum, select
 from matrix.errors import MatrixError
 from matrix.host.classify import DetectedHost
 from matrix.host.record import EnvironmentRecord
+from matrix.io.records import read_record
 from matrix.questions import Level
-from matrix.records import read_record
 
 PLAN_SCHEMA = "wslpin-kit.plan/1"
 

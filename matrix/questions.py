@@ -1,6 +1,6 @@
 """The questions a user asks of a set-up, and the words their answers use (compat.json's vocabulary).
 
-Standard library only: the report writes these words (matrix.verdicts decides them) and the
+Standard library only: the report writes these words (matrix.judge.verdicts decides them) and the
 doctor, which runs on a bare Python, reads them back.
 """
 
@@ -39,7 +39,7 @@ class Level(Axis):
     NONE = "none"
     DOCUMENTED = "documented"  # a vendor's documented requirement: nothing was run
     PREDICTED = "predicted"  # vLLM's own decisions under a presented host, no GPU
-    # A user's own run, sent as a bundle (matrix.bundle): checked for consistency, not verified by the kit's
+    # A user's own run, sent as a bundle (matrix.store.bundle): checked for consistency, not verified by the kit's
     # runners, so never above a result of theirs.
     COMMUNITY = "community"
     EMULATED = "emulated"  # a GPU on native Linux, the uname presented as the cell's host

@@ -22,3 +22,6 @@ HISTORY_VERSIONS = (
     VLLM_VERSION,
     "0.34.0",
 )
+
+# A run whose environment record names no vLLM: a container that crashed before reporting its own.
+UNKNOWN_RELEASE = "unknown"

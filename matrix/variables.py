@@ -110,3 +110,40 @@ BENCH_ENGINE = Variable(
     "stand-in: the offline GPU run's engine bench times a stand-in generate instead of vLLM's engine",
     ("stand-in",),
 )
+
+# The kit's own settings of its own processes, read where they act.
+DEADLINE = Variable(
+    "WSLPIN_DEADLINE",
+    "the Unix time by which every vLLM child of a run must have ended (repro/isolation.py)",
+    (),
+)
+ANSWER_CACHE = Variable(
+    "WSLPIN_ANSWER_CACHE",
+    "a directory where vLLM's answers under a presented host are kept for this environment (repro/answers.py)",
+    (),
+)
+HISTORY_CACHE = Variable(
+    "WSLPIN_HISTORY_CACHE",
+    "where the history keeps each release's results by key, instead of ~/.cache/wslpin-kit/history",
+    (),
+)
+HOST_READS = Variable(
+    "WSLPIN_HOST_READS",
+    "a file where every read of the machine is logged, for the test session's check (matrix/host/reads.py)",
+    (),
+)
+HOST_READS_TEST = Variable(
+    "WSLPIN_HOST_READS_TEST",
+    "the test that a logged read of the machine belongs to (tests/kit/host_reads.py sets it)",
+    (),
+)
+RUNNER_KINDS = Variable(
+    "WSLPIN_RUNNER_KINDS",
+    "the runner kinds online (a repository variable): the plan gives cells to those only; empty: all",
+    (),
+)
+SMOKE_IMAGE = Variable(
+    "WSLPIN_SMOKE_IMAGE",
+    "the image nox -s docker_smoke built, for its test to run a cell in",
+    (),
+)

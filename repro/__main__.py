@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 from matrix.cells import Cell, select
-from matrix.cli import run_command_line
+from matrix.commands.here import detected_plan
 from matrix.errors import MatrixError
 from matrix.host import classify, facts
-from matrix.host.here import detected_plan
 from matrix.plan import CellPlan, Execution, plan_cells
 from matrix.report.bench import PLUMBING_SERVER, SERVERS, TEST_SERVER
+from matrix.text.cli import run_command_line
 from matrix.variables import (
     BENCH_PIN_VALUES,
     GATE_PIN_VALUES,
@@ -229,7 +229,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_container(args: argparse.Namespace) -> int:
-    from matrix.summary import render, summarize
+    from matrix.commands.summary import render, summarize
     from repro import container
 
     # Planned once, here on the host: the container and the split both read this plan.

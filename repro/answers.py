@@ -29,10 +29,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from matrix.variables import PRESENT_HOST
+from matrix.variables import ANSWER_CACHE, PRESENT_HOST
 from repro.isolation import Outcome, run_isolated, time_left
 
-CACHE_VARIABLE = "WSLPIN_ANSWER_CACHE"
+CACHE_VARIABLE = ANSWER_CACHE.name
 _KIT = Path(__file__).resolve().parents[1]
 # What a child's answer can depend on in its environment: vLLM's and the GPU stacks' own variables, WSL's,
 # the kit's presented host, and where programs and modules are found (a stand-in nvidia-smi, a fake vLLM).

@@ -48,13 +48,12 @@ from typing import Any, NoReturn, Protocol
 import numpy as np
 
 from matrix.cells import Cell, Host, Runner
-from matrix.cli import KIT_ROOT, run_command_line
 from matrix.errors import MatrixError
-from matrix.files import write_file
 from matrix.host import reads
 from matrix.host.record import EnvironmentRecord
+from matrix.io.files import write_file
 from matrix.plan import CellPlan, Execution, Plan, load_plan
-from matrix.report.engine_bench import (
+from matrix.store.engine_bench import (
     ArmFigure,
     ArmSamples,
     BatchSamples,
@@ -69,6 +68,7 @@ from matrix.report.engine_bench import (
     SkippedCell,
     summary,
 )
+from matrix.text.cli import KIT_ROOT, run_command_line
 from matrix.variables import BENCH_ENGINE, CACHE_ROOT, GATE_PIN_VALUES, PIN_MEMORY, UNSET, vllm_reads
 from repro import emulation
 from repro.bench import stats

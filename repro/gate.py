@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from matrix.cells import Cell, Host, Runner, Stack
-from matrix.expectations import REFUSED
 from matrix.host import reads
 from matrix.host.edges import KERNEL_EDGES, READING_SAMPLES, KernelEdge
+from matrix.judge.expectations import REFUSED
 from matrix.plan import CellPlan, Execution
 from matrix.variables import GATE_PIN_VALUES, PIN_MEMORY, V2_MODEL_RUNNER
 from repro import emulation

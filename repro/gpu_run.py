@@ -9,7 +9,7 @@ an air-gapped runner, a runner with vLLM preinstalled. ``tools/gpu_run.sh`` runs
 
 against the vLLM and torch of the Python that runs it (installing nothing), and writes into DIR
 the environment record, one raw JUnit per group, the probe record, the engine bench's record, a
-log, and ``run.json`` (matrix/offline.py), which says what ran: 8 files, the most the device hands
+log, and ``run.json`` (matrix/commands/offline.py), which says what ran: 8 files, the most the device hands
 back. The plan, made once from the environment record (as a cell session does), stays in a folder
 of the run's own: the import makes it again from that record. ``python -m matrix import-run DIR``
 turns the folder into ``results/`` and the report.
@@ -45,11 +45,7 @@ from pathlib import Path
 from typing import TextIO
 
 from matrix.cells import select
-from matrix.cli import KIT_ROOT, run_command_line
-from matrix.errors import MatrixError
-from matrix.groups import BENCH_GROUP, GROUP_TESTS
-from matrix.junit import kit_relative
-from matrix.offline import (
+from matrix.commands.offline import (
     BENCH_RECORD,
     ENV_RECORD,
     LOG,
@@ -60,7 +56,11 @@ from matrix.offline import (
     GroupStatus,
     OfflineRun,
 )
+from matrix.errors import MatrixError
+from matrix.junit import kit_relative
 from matrix.plan import cell_pytest_args, load_plan
+from matrix.store.groups import BENCH_GROUP, GROUP_TESTS
+from matrix.text.cli import KIT_ROOT, run_command_line
 from repro.engine_bench import nothing_to_bench
 from repro.isolation import DEADLINE_VARIABLE
 

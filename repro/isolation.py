@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from matrix.variables import DEADLINE
+
 _LOG_TAIL = 6000
-DEADLINE_VARIABLE = "WSLPIN_DEADLINE"
+DEADLINE_VARIABLE = DEADLINE.name
 # In every message about a child the deadline cut short: what it was to answer was never run to its end.
 DEADLINE_CUT = "the run's deadline"
 NOT_STARTED = f"not started: {DEADLINE_CUT} had passed"
@@ -65,6 +67,10 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status == "timeout"
 
 
 # Linux's prctl option by which a process asks for a signal when the thread that started it ends.

@@ -112,7 +112,7 @@ def runs_for(plans: Iterable[CellPlan]) -> list[EngineRun]:
 
 
 def pin_env_read_by(vllm_version: str | None) -> Callable[[Cell], bool]:
-    """Whether ``VLLM_WSL2_ENABLE_PIN_MEMORY`` can change what vLLM does in a cell, per matrix/expectations.toml.
+    """Whether ``VLLM_WSL2_ENABLE_PIN_MEMORY`` can change what vLLM does in a cell, per matrix/judge/expectations.toml.
 
     The rules are the one place that says what vLLM's gate decides for each pin value, and the gate
     tests of the same run check them against vLLM itself. Where they expect the same gate values for
@@ -121,7 +121,7 @@ def pin_env_read_by(vllm_version: str | None) -> Callable[[Cell], bool]:
     it may.
     """
     # Here, not at the top: `python -m repro --help` must work on a Python without packaging.
-    from matrix.expectations import GATE_KEYS, expected_values, load_rules
+    from matrix.judge.expectations import GATE_KEYS, expected_values, load_rules
 
     if vllm_version is None:
         return lambda cell: True

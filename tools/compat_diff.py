@@ -11,8 +11,8 @@ is (a field whose words a newer kit changed on purpose).
 ``--volatile`` compares two reports of the same kit exactly (is the committed matrix what the code
 produces?): a key only one side has is a difference, and only what is volatile by nature is masked
 (``VOLATILE_KEYS``, ``VOLATILE_TEXT``). Prints each difference as ``JSON path: old -> new``
-and exits 1 if there is any, 0 if none, 2 if a file cannot be read. Standard library only: it runs
-before any environment exists.
+and exits 1 if there is any, 0 if none, 2 if a file cannot be read. Standard library only (with the kit's own
+modules): it runs before any environment exists.
 """
 
 from __future__ import annotations
@@ -21,20 +21,22 @@ import json
 import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+
+# The kit's own words for what is volatile, from its root (this script runs as `python3 tools/compat_diff.py`).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from matrix.case_facts import TIMINGS  # noqa: E402
+from matrix.envelope import MACHINE_NAMES, RUN_STAMP  # noqa: E402
 
 # Top-level only: a cell's provenance also names a kit_commit, the one its runner ran, and that must agree.
 IGNORED = frozenset({"$.generated_at", "$.kit_commit"})
 # Counted from the moment the report is generated, like generated_at.
 IGNORED_ANYWHERE = frozenset({"age_days"})
 # --volatile: what differs between two runs of the same kit on the same results by nature, wherever it is:
-# when the report and each cell's run were made (generated_at, age_days, date, started_at), by which commit
-# (kit_commit: committing the matrix itself moves it), the hash of an environment record holding a time
-# (env_hash), how long a gate took (the *_seconds case properties), and what names the machine today
-# (runner_name, kernel_release).
-VOLATILE_KEYS = frozenset(
-    {"generated_at", "kit_commit", "age_days", "date", "started_at", "env_hash", "runner_name", "kernel_release"}
-    | {"gate_seconds", "engine_seconds", "probe_seconds"}
-)
+# when the report was made (generated_at, age_days, date), each run's stamp and the machine's names of today
+# (matrix.envelope), and a case's timings (matrix.case_facts).
+VOLATILE_KEYS = frozenset({"generated_at", "age_days", "date"}) | RUN_STAMP | MACHINE_NAMES | TIMINGS
 # Text that ends in the date of its evidence, e.g. "predicted: ... (gate-only) (2026-12-01)": only that date is masked.
 VOLATILE_TEXT = {"evidence": re.compile(r" \(\d{4}-\d{2}-\d{2}\)$")}
 # In any text, the directories of an absolute path: where the kit was cloned and its venvs made (a traceback's

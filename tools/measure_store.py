@@ -1,4 +1,4 @@
-"""What a night of 24 cells adds to the evidence store (matrix.evidence), in the tree and in git.
+"""What a night of 24 cells adds to the evidence store (matrix.store.evidence), in the tree and in git.
 
 Real cells' records are made from the committed history's results of the newest release, each written as
 the store writes a native run's record. Night 1 is 24 new records; each of nights 2-31 is 24 records that
@@ -18,13 +18,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from matrix.envelope import Envelope  # noqa: E402
-from matrix.history_cache import read_committed  # noqa: E402
 from matrix.junit import (  # noqa: E402
     parse,
     record_file,  # noqa: E402
     suites,
 )
 from matrix.releases import VLLM_VERSION  # noqa: E402
+from matrix.store.history_archive import read_committed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NIGHTS = 31

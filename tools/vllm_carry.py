@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from matrix.cli import run_command_line  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
+from matrix.text.cli import run_command_line  # noqa: E402
 
 # The release whose torch pin (2.11.0) the lent machine's torch meets, and the one the extra wheels are for.
 RELEASE = "0.26.0"

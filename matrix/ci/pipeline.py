@@ -16,12 +16,13 @@ from typing import Any
 
 from matrix.cells import CELLS, Cell, Host, Stack
 from matrix.errors import MatrixError
+from matrix.variables import RUNNER_KINDS
 
 RUNNER_LABEL = "self-hosted"
 # The repository variable listing the runner kinds that have a runner online (job names, comma-separated:
 # `cuda-linux,cuda-wsl2new`). A kind with none would be queued until GitHub cancels the job (24 hours), and the
 # report would wait that long; unset, every kind is planned; `none` plans none (the gate job's predictions only).
-ONLINE_VARIABLE = "WSLPIN_RUNNER_KINDS"
+ONLINE_VARIABLE = RUNNER_KINDS.name
 NONE_ONLINE = "none"
 
 

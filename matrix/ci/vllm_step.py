@@ -5,7 +5,7 @@ The step has the shape of the steps in vLLM's ``.buildkite/test-pipeline.yaml``:
 vLLM tree whose change opts the step in (``source_file_dependencies``), the directory its commands start in, and
 the commands. vLLM's CI image has the pull request's vLLM installed, so the kit runs against that one
 (``--vllm installed``, nothing installed over it) and needs no GPU: the gate presents each cell's host to vLLM and
-stands in for the GPU it lacks. ``python -m matrix.ci.vllm_step --kit URL`` prints the step, to paste into that
+stands in for the GPU it lacks. ``python -m matrix vllm-step --kit URL`` prints the step, to paste into that
 file.
 """
 
@@ -16,7 +16,6 @@ import json
 import shlex
 import sys
 
-from matrix.cli import run_command_line
 from matrix.errors import MatrixError
 
 # The files of vLLM whose code the gate runs or reads, as prefixes of paths in vLLM's tree. A kit test holds this
@@ -85,9 +84,9 @@ def to_yaml(step: dict[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m matrix.ci.vllm_step",
+        prog=prog,
         description="Print a step for vLLM's .buildkite/test-pipeline.yaml that runs the kit's gate on a pull request "
         "touching the pinned-memory gate.",
     )
@@ -101,7 +100,3 @@ def build_parser() -> argparse.ArgumentParser:
 def _print(args: argparse.Namespace) -> int:
     sys.stdout.write(to_yaml(step(args.kit)))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run_command_line(build_parser, None))

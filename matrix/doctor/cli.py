@@ -14,10 +14,10 @@ from pathlib import Path
 
 from matrix import __version__
 from matrix.cells import Mode, ModelClass, Runner, Stack
-from matrix.cli import run_command_line
 from matrix.doctor import answer, collected, model, published, remote, render
 from matrix.errors import MatrixError
 from matrix.host import facts
+from matrix.text.cli import run_command_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

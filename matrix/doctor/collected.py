@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from matrix.bounded_json import parse
 from matrix.errors import MatrixError
-from matrix.files import InputFileError, read_input
 from matrix.host.classify import Gpu, HostFacts
 from matrix.host.record import EnvironmentRecord
+from matrix.io.bounded_json import parse
+from matrix.io.files import InputFileError, read_input
 
 AGAIN = (
     "give what `vllm collect-env` (or `python -m vllm.collect_env`) printed on that machine, or the JSON of "

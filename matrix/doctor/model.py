@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matrix.bounded_json import parse
 from matrix.errors import MatrixError
-from matrix.files import InputFileError, read_input
+from matrix.io.bounded_json import parse
+from matrix.io.files import InputFileError, read_input
 
 # The keys vLLM reads a model's expert count from (its CONFIG_FIELD_ALIASES["num_experts"], 0.33.0's
 # transformers_utils/config.py): Jamba, Dbrx, DeepSeek, Mixtral. More than 0 experts: an MoE model.

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from matrix.cells import Axis, Cell, ModelClass, Runner, Stack
-from matrix.cli import run_command_line
 from matrix.errors import MatrixError
-from matrix.files import write_file
+from matrix.io.files import write_file
+from matrix.io.records import read_record
 from matrix.questions import Level, Question, Verdict
-from matrix.records import read_record
-from matrix.words import COMPAT_SCHEMA
+from matrix.text.words import COMPAT_SCHEMA
 
 # The doctor's part of a compat.json: what the kit's package carries, so that an installed doctor answers with no
 # checkout (``nox -s publish`` writes it beside this module from the published compat.json).
@@ -383,15 +382,9 @@ def write_packaged(compat: Path, out: Path = PACKAGED) -> Path:
     return write_file(out.parent, out.name, data.encode())
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m matrix.doctor.published", description="Write the doctor's part of a compat.json."
-    )
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Write the doctor's part of a compat.json.")
     parser.add_argument("compat", type=Path, help="the compat.json `nox -s publish` wrote")
     parser.add_argument("--out", type=Path, default=PACKAGED, help=f"default: {PACKAGED.name} beside this module")
     parser.set_defaults(func=lambda args: print(write_packaged(args.compat, args.out)) or 0)
     return parser
-
-
-if __name__ == "__main__":
-    raise SystemExit(run_command_line(_parser, None))

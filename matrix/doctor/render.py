@@ -23,9 +23,9 @@ from matrix.doctor.answer import (
 )
 from matrix.doctor.published import REGENERATE, Kind
 from matrix.questions import MODEL_CLASS_WORDS, Level, Question, Verdict
-from matrix.report.visible import visible
+from matrix.text.visible import visible
+from matrix.text.words import question_name
 from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
-from matrix.words import question_name
 
 _GATE = ".".join(map(str, WSL2_PIN_KERNEL))
 HOST_WORDS = {

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 
-LOG = "WSLPIN_HOST_READS"
-TEST = "WSLPIN_HOST_READS_TEST"
+from matrix.variables import HOST_READS, HOST_READS_TEST
+
+LOG = HOST_READS.name
+TEST = HOST_READS_TEST.name
 
 
 def record(what: str) -> None:

@@ -17,8 +17,8 @@ from typing import Any, Tuple, Union
 from matrix.cells import Host, Stack
 from matrix.errors import MatrixError
 from matrix.host.classify import ENV_SCHEMA, DetectedHost, Gpu, HostFacts, Names
-from matrix.layout import UNKNOWN_RELEASE
-from matrix.records import read_record
+from matrix.io.records import read_record
+from matrix.releases import UNKNOWN_RELEASE
 
 _TEXT = (str, type(None))
 _Path = Tuple[Union[str, int], ...]
@@ -95,7 +95,7 @@ class EnvironmentRecord:
 
     @classmethod
     def read(cls, path: Path, name: str, again: str) -> EnvironmentRecord:
-        """The record at ``path``: read as an untrusted input (``matrix.records``), then checked as above."""
+        """The record at ``path``: read as an untrusted input (``matrix.io.records``), then checked as above."""
         return cls.from_json(read_record(path, ENV_SCHEMA, name, "an environment record", again), name, again)
 
     def to_json(self) -> str:

@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from matrix.report.engine_bench import ArmFigure, CellBench, Comparison, EngineBench
 from matrix.report.model import Report
-from matrix.report.probe import Bandwidth, Probe
+from matrix.store.engine_bench import ArmFigure, CellBench, Comparison, EngineBench
+from matrix.store.probe import Bandwidth, Probe
+from matrix.text.words import HOST_NAMES, STACK_NAMES
 from matrix.variables import OPT_IN, PIN_MEMORY, UNSET
-from matrix.words import HOST_NAMES, STACK_NAMES
 
 TITLE = "What pinned memory buys: host-device copies, pinned against pageable"
 INTRO = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from matrix.report.json_input import BENCH, read_json_input
+from matrix.io.json_input import BENCH, read_json_input
 
 BENCH_SCHEMA = "wslpin-kit.bench/1"
 # vLLM's CPU backend (`nox -s cpu_engine`): the benchmark's plumbing tested against a real engine. It

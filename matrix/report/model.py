@@ -13,8 +13,7 @@ from pathlib import Path
 
 from matrix.cells import Host, Mode, ModelClass, Runner, Stack
 from matrix.errors import MatrixError
-from matrix.evidence import Source, origin, verified
-from matrix.expectations import (
+from matrix.judge.expectations import (
     RUNNER_BY_ARCHITECTURE,
     V2_ARCHITECTURES,
     Rule,
@@ -22,16 +21,7 @@ from matrix.expectations import (
     load_rules,
     release_version,
 )
-from matrix.layout import ENGINE_BENCH_SUFFIX
-from matrix.plan import Execution
-from matrix.report.bench import BenchSummary, latest_per_cell
-from matrix.report.claims import Claims
-from matrix.report.engine_bench import EngineBench, read_engine_bench
-from matrix.report.probe import Probe, load_probes
-from matrix.report.reading import Inputs, Problem, read_inputs
-from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
-from matrix.variables import UNSET
-from matrix.verdicts import (
+from matrix.judge.verdicts import (
     CellVerdicts,
     Level,
     Observations,
@@ -40,6 +30,16 @@ from matrix.verdicts import (
     release_verdicts,
     with_upgrades,
 )
+from matrix.plan import Execution
+from matrix.report.bench import BenchSummary, latest_per_cell
+from matrix.report.status import CellReport, Status, build_cells, nox_records, status_counts
+from matrix.store.claims import Claims
+from matrix.store.engine_bench import EngineBench, read_engine_bench
+from matrix.store.evidence import Source, origin, verified
+from matrix.store.layout import ENGINE_BENCH_SUFFIX
+from matrix.store.probe import Probe, load_probes
+from matrix.store.reading import Inputs, Problem, ResultKind, read_inputs
+from matrix.variables import UNSET
 
 # The grid's order: rows stack x host, columns runner x mode.
 ROWS = [(stack, host) for stack in Stack for host in Host]
@@ -103,7 +103,7 @@ class Evidence:
     date: str  # YYYY-MM-DD, or "" when the kind has none
     source: str  # the GPU (emulated, native, probe), or the vLLM release (gate-only, bench)
     runner: str | None = None  # native, emulated: the runner, or the run's name (an offline GPU run)
-    execution: str | None = None  # superseded
+    execution: ResultKind | None = None  # superseded
     counts: tuple[tuple[str, int], ...] | None = None  # superseded: (status, cases), by status
     passed: bool | None = None  # probe: did the mechanism work
     bench: BenchSummary | None = None  # bench
@@ -327,7 +327,7 @@ def observations(cell: CellReport) -> Observations:
 
 def without_release(versions: dict[str, list[CellReport]]) -> list[CellReport]:
     """Take out of ``versions`` each one that is no release number and holds only crashed cells: a run that
-    crashed before vLLM answered (a container that never started names no vLLM, matrix.layout.UNKNOWN_RELEASE)
+    crashed before vLLM answered (a container that never started names no vLLM, matrix.releases.UNKNOWN_RELEASE)
     is a result, but no release of vLLM. Its cells, which the report still shows and fails on."""
     unplaced = []
     for vllm in [v for v in versions if release_version(v) is None]:

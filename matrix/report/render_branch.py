@@ -1,4 +1,4 @@
-"""A branch's difference from its release (matrix.branch) as the terminal table a source tree's gate session ends
+"""A branch's difference from its release (matrix.report.branch) as the terminal table a source tree's gate session ends
 with; the item and change words ``matrix bisect`` uses too."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from matrix.branch import BranchDiff, Change, Item, Row
 from matrix.cells import Axis, Cell, Host, Mode, Runner, Stack
+from matrix.report.branch import BranchDiff, Change, Item, Row
 from matrix.report.status import shown
-from matrix.report.visible import visible
+from matrix.text.visible import visible
+from matrix.text.words import QUESTION_NAMES
 from matrix.variables import PIN_MEMORY, UNSET
-from matrix.words import QUESTION_NAMES
 
 AXES: tuple[tuple[str, type[Axis]], ...] = (("stack", Stack), ("host", Host), ("runner", Runner), ("mode", Mode))
 

@@ -20,7 +20,7 @@ from markupsafe import Markup, escape
 from matrix.report.bandwidth import pinned_view
 from matrix.report.model import Report
 from matrix.report.view import Phrase, Style, build_view, spell
-from matrix.report.visible import visible_lines
+from matrix.text.visible import visible_lines
 from matrix.variables import PIN_MEMORY
 
 

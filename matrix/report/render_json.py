@@ -8,13 +8,13 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from matrix.cells import ModelClass
-from matrix.report.engine_bench import EngineBench
+from matrix.judge.verdicts import Answer
 from matrix.report.model import Evidence, Report
 from matrix.report.status import CaseRecord, CellReport
-from matrix.report.view import advice, answer_sentence, evidence_sentence, plain, why
+from matrix.report.view import advice, answer_sentence, evidence_sentence, kind_words, plain, why
+from matrix.store.engine_bench import EngineBench
+from matrix.text.words import COMPAT_SCHEMA
 from matrix.variables import GATE_PIN_VALUES
-from matrix.verdicts import Answer
-from matrix.words import COMPAT_SCHEMA
 
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 
@@ -65,13 +65,17 @@ def _cell(report: Report, c: CellReport) -> dict:
         "age_days": c.age_days,
         "counts": c.counts,
         "provenance": c.envelope.to_properties() if c.envelope else {},
-        "superseded": [{"execution": e, "cases": [_case(case) for case in cases]} for e, cases in c.superseded.items()],
+        "superseded": [
+            {"execution": kind_words(e), "cases": [_case(case) for case in cases]} for e, cases in c.superseded.items()
+        ],
         "cases": [_case(case) for case in c.cases],
     }
 
 
 def _evidence(evidence: Evidence) -> dict:
-    return asdict(evidence) | {"counts": dict(evidence.counts) if evidence.counts is not None else None}
+    counts = dict(evidence.counts) if evidence.counts is not None else None
+    execution = kind_words(evidence.execution) if evidence.execution is not None else None
+    return asdict(evidence) | {"counts": counts, "execution": execution}
 
 
 def _case(case: CaseRecord) -> dict:

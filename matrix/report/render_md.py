@@ -20,7 +20,7 @@ from itertools import chain
 from matrix.report.bandwidth import PinnedView
 from matrix.report.model import Report
 from matrix.report.view import ReleaseView, ReportView, Section, Style, build_view, spell
-from matrix.report.visible import visible
+from matrix.text.visible import visible
 from matrix.variables import PIN_MEMORY
 
 STEP_SUMMARY_LIMIT = 1 << 20

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from matrix.report.model import COLUMNS, ROWS, Report
 from matrix.report.view import COLUMN_NAMES, LOOKS
-from matrix.report.visible import visible
-from matrix.words import STACK_NAMES
+from matrix.text.visible import visible
+from matrix.text.words import STACK_NAMES
 
 
 def render(report: Report, colour: bool) -> str:

@@ -18,10 +18,10 @@ from packaging.version import Version
 from matrix.case_facts import CaseFacts
 from matrix.cells import CELLS, Cell, Runner
 from matrix.envelope import Envelope
-from matrix.expectations import Expected, Rule, expected_values, release_version
+from matrix.judge.expectations import Expected, Rule, expected_values, release_version
 from matrix.junit import ERROR, FAILED, NO_RESULTS, PASSED, SKIPPED, XFAIL
 from matrix.plan import Execution
-from matrix.report.reading import COMMUNITY, Attempt, CellGroup, Inputs, ReadCase
+from matrix.store.reading import Attempt, CellGroup, Inputs, ReadCase, ResultKind
 from matrix.variables import GATE_PIN_VALUES
 
 
@@ -83,10 +83,10 @@ class CellReport:
     underlying: Status | None = None  # what a stale cell showed
     # Weaker evidence for the same cell (e.g. the hosted gate prediction beside a
     # native run): judged and kept, but the cell's status rests on the strongest.
-    superseded: dict[str, list[CaseRecord]] = field(default_factory=dict)
+    superseded: dict[ResultKind, list[CaseRecord]] = field(default_factory=dict)
     # With the runner assignment (--runners): the artifact of the runner that must run the cell natively.
     runner: str = ""
-    community: bool = False  # its result is a user's bundle (matrix.bundle), not the kit's own run
+    community: bool = False  # its result is a user's bundle (matrix.store.bundle), not the kit's own run
 
     @property
     def is_bad(self) -> bool:
@@ -290,9 +290,9 @@ def build_cells(
     nox = nox or {}
     runners = runners or {}
     # The groups are handed over, not kept twice: each is released once judged.
-    by_cell: dict[tuple[str, str], dict[str, CellGroup]] = {}
-    for (version, cell_id, execution), group in inputs.groups.items():
-        by_cell.setdefault((version, cell_id), {})[execution] = group
+    by_cell: dict[tuple[str, str], dict[ResultKind, CellGroup]] = {}
+    for (version, cell_id, kind), group in inputs.groups.items():
+        by_cell.setdefault((version, cell_id), {})[kind] = group
     inputs.groups = {}
     versions = sorted({v for v, _ in by_cell}, key=_version_key, reverse=True) or [default_vllm]
     reports: dict[str, list[CellReport]] = {}
@@ -303,28 +303,25 @@ def build_cells(
             ranked = sorted(found, key=_strength)
             runner = runners.get(cell, "")
             rests_on = ranked[0] if ranked else None
-            if runner and rests_on not in (Execution.NATIVE, Execution.MISROUTED):
+            if runner and rests_on not in (ResultKind(Execution.NATIVE), ResultKind(Execution.MISROUTED)):
                 rests_on = None
             chosen = found.pop(rests_on) if rests_on is not None else None
             report = _cell_report(cell, v, chosen, rules, now, max_age_days, nox, runner)
-            report.community = rests_on is not None and rests_on.startswith(COMMUNITY)
-            for execution in ranked:
-                if execution != rests_on:
+            report.community = rests_on is not None and rests_on.community
+            for kind in ranked:
+                if kind != rests_on:
                     expected = resolver(rules, cell, v)
-                    report.superseded[execution] = [judge_case(c, expected) for c in found[execution].cases.values()]
+                    report.superseded[kind] = [judge_case(c, expected) for c in found[kind].cases.values()]
             reports[v].append(report)
     return reports
 
 
-def _strength(key: str) -> tuple[bool, bool, int]:
+def _strength(kind: ResultKind) -> tuple[bool, bool, int]:
     """Which of a cell's results its status rests on: the lowest. Any GPU's result before any prediction, the kit's
-    own before a user's (COMMUNITY) of the same kind; an execution the kit does not know, last."""
-    community = key.startswith(COMMUNITY)
-    try:
-        execution = Execution(key.removeprefix(COMMUNITY))
-    except ValueError:
+    own before a user's of the same kind; a result that names no execution, last."""
+    if kind.execution is None:
         return (True, True, len(Execution))
-    return (not execution.uses_gpu, community, execution.strength)
+    return (not kind.execution.uses_gpu, kind.community, kind.execution.strength)
 
 
 def _version_key(version: str) -> tuple[int, Version]:

@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matrix.cells import AXES, CELLS, WSL2_PIN_KERNEL, Axis, Cell, Host, Mode, ModelClass, Runner, Stack
-from matrix.evidence import Source
+from matrix.judge.verdicts import Answer, CellVerdicts, Level, Question, Verdict, Workaround
 from matrix.questions import MODEL_CLASS_WORDS
 from matrix.report.bandwidth import PinnedView, pinned_view
-from matrix.report.claims import Suspect
 from matrix.report.model import COLUMNS, ROWS, Contradiction, Diff, Evidence, EvidenceKind, Report, detail_rows
-from matrix.report.reading import Problem
 from matrix.report.status import CellReport, Status
+from matrix.store.claims import Suspect
+from matrix.store.evidence import Source
+from matrix.store.reading import Problem, ResultKind
+from matrix.text.words import HOST_NAMES, MODE_NAMES, QUESTION_NAMES, STACK_NAMES
 from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
-from matrix.verdicts import Answer, CellVerdicts, Level, Question, Verdict, Workaround
-from matrix.words import HOST_NAMES, MODE_NAMES, QUESTION_NAMES, STACK_NAMES
 
 TITLE = "vLLM WSL2 pinned-memory compatibility"
 STRIPS_TITLE = "When did each set-up start or stop working? Each question's answer per vLLM release"
@@ -94,6 +94,14 @@ LOOKS = {
 # --- evidence in words ----------------------------------------------------------------------
 
 
+def kind_words(kind: ResultKind | None) -> str:
+    """A kind of result as compat.json and the page name it: ``native``, a user's ``community-native``."""
+    if kind is None:
+        return ""
+    said = kind.execution.value if kind.execution is not None else ""
+    return f"community-{said}" if kind.community else said
+
+
 def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
     """(what, in brackets, after): the sentence is ``what (in brackets)after``; the grid shows ``what``."""
     match evidence.kind:
@@ -108,7 +116,7 @@ def _evidence_words(evidence: Evidence) -> tuple[str, str, str]:
             return f"native run on {evidence.source}, runner {evidence.runner}", evidence.date, _origin_words(evidence)
         case EvidenceKind.SUPERSEDED:
             counts = ", ".join(f"{n} {status}" for status, n in evidence.counts or ())
-            return f"also a {evidence.execution} result, not used for the status", counts, ""
+            return f"also a {kind_words(evidence.execution)} result, not used for the status", counts, ""
         case EvidenceKind.PROBE:
             return (
                 f"probe on {evidence.source}",

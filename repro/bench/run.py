@@ -29,8 +29,8 @@ from pathlib import Path
 from matrix.cells import Cell
 from matrix.errors import MatrixError
 from matrix.plan import CellPlan, Execution
-from matrix.progress import progress
 from matrix.report.bench import TEST_SERVER
+from matrix.text.progress import progress
 from matrix.variables import BENCH_PIN_VALUES, FLASHINFER_SAMPLER, PIN_MEMORY
 from repro import emulation
 from repro.bench import client, profile, servers, stats

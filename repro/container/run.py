@@ -4,13 +4,13 @@ The container runs what a cell session runs (``matrix env``, then pytest on test
 the host's plan); the JUnit split runs here on the host, with the same plan, because only the
 host knows the image's digest and the kit's commit (an image has no git), and because a
 container that never started needs its results written all the same, by the same code
-(``matrix.junit.write_cells``). The files go to ``results/<vLLM>/<group>@<image>/`` (matrix.layout),
+(``matrix.junit.write_cells``). The files go to ``results/<vLLM>/<group>@<image>/`` (matrix.store.layout),
 the image's own vLLM release, or ``unknown`` when it never reported it.
 
 The image is untrusted. Its one writable mount is a scratch directory of the host's, outside
 the results tree and removed afterwards; what it leaves there is read without following a
 link, within a size, and the JUnit by the kit's one safe parser. A file that fails any of
-that crashes the cell with the reason. The host writes the results itself (matrix.files).
+that crashes the cell with the reason. The host writes the results itself (matrix.io.files).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from matrix.errors import MatrixError
 from matrix.host import classify, facts
 from matrix.host.facts import kit_commit, runner_name
 from matrix.host.record import EnvironmentRecord
-from matrix.layout import run_dir
 from matrix.plan import Plan
+from matrix.store.layout import run_dir
 from repro.container.docker_io import Ran, exit_reason, run_spec
 from repro.container.errors import ContainerError
 from repro.container.spec import CELL_TESTS, KIT_ROOT, PLAN_FILE, container_spec
@@ -154,7 +154,7 @@ def run_in_image(
     # Here, not at the top: `python -m repro` builds this command's parser, and must start where
     # junitparser is missing (an offline GPU machine runs only the probe and the reproduction).
     from matrix.envelope import RunInfo
-    from matrix.files import write_file
+    from matrix.io.files import write_file
     from matrix.junit import write_cells
 
     environ = dict(os.environ if environ is None else environ)

@@ -12,20 +12,21 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from matrix.case_facts import CaseFacts, spelled
 from matrix.cells import Cell, select
+from matrix.commands.here import detected_plan
 from matrix.errors import MatrixError
-from matrix.expectations import CONFIG_KEYS, GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.host import classify, facts
 from matrix.host.edges import KERNEL_EDGES
-from matrix.host.here import detected_plan
+from matrix.judge.expectations import CONFIG_KEYS, GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.plan import CellPlan, load_plan
 from matrix.variables import GATE_PIN_VALUES
 from repro import engine_config, gate, offload
-from repro.isolation import DEADLINE_CUT, NOT_STARTED
+from repro.isolation import DEADLINE_CUT, NOT_STARTED, Outcome
 
 BUILD = Path(__file__).resolve().parents[2] / "build"
 
@@ -187,6 +188,18 @@ def state(record_property) -> Callable[..., None]:
 
 
 @pytest.fixture
+def no_answer(state) -> Callable[[Outcome, str], NoReturn]:
+    """``no_answer(outcome, under)``: vLLM's child gave no answer under ``under``; the case fails, stating
+    whether the child ran out of time (a run the history never keeps: the machine's load, not vLLM's)."""
+
+    def fail(outcome: Outcome, under: str) -> NoReturn:
+        state(timed_out=spelled(True) if outcome.timed_out else None)
+        pytest.fail(f"no answer from vLLM under {under} ({outcome.status}): {outcome.detail}\n{outcome.log}")
+
+    return fail
+
+
+@pytest.fixture
 def tag(request, record_property, state, cell, plans):
     """Stamp the case with its cell, so the split puts it in that cell's file; then ``tag(name, value)`` records
     one of the case's details (a timing, a metric) as it is."""
@@ -207,7 +220,7 @@ def expect(request, tag, state, rules, cell, vllm_version):
         expected = expected_values(rules, cell, vllm_version, pin_env).get(key)
         if expected is None:
             pytest.fail(
-                f"no rule in matrix/expectations.toml covers {key} for {cell} with vLLM {vllm_version}, "
+                f"no rule in matrix/judge/expectations.toml covers {key} for {cell} with vLLM {vllm_version}, "
                 f"pin_env={pin_env}; vLLM decided {observed!r}: add a rule"
             )
         state(expected=spelled(expected.value), rule=expected.rule.id, issue=expected.known_issue)

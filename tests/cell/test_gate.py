@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from matrix.expectations import RUNNER
+from matrix.judge.expectations import RUNNER
 from repro.failures import torch_at_fault
 from repro.gate import GateRequest
 
@@ -13,14 +13,14 @@ def _answer(gate_outcomes, plans, cell, pin_env):
     return gate_outcomes[GateRequest.for_cell(cell, pin_env, plans[cell].execution)]
 
 
-def test_vllm_imports(expect, tag, gate_outcomes, plans, cell, pin_env, vllm_version, torch_pin):
+def test_vllm_imports(expect, tag, no_answer, gate_outcomes, plans, cell, pin_env, vllm_version, torch_pin):
     """vLLM imports under the cell's host (0.25 raised a circular import on WSL)."""
     if vllm_version is None:
         pytest.fail("vLLM is not installed in this environment: run the cell through nox, which installs it")
     outcome = _answer(gate_outcomes, plans, cell, pin_env)
     tag("gate_seconds", str(outcome.seconds))
     if not outcome.ok:
-        pytest.fail(f"no answer from vLLM under this host ({outcome.status}): {outcome.detail}\n{outcome.log}")
+        no_answer(outcome, "this host")
     answer = outcome.value
     tag("platform_class", answer.get("platform_class", ""))
     error = answer.get("import_error", "")

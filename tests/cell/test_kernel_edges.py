@@ -14,25 +14,25 @@ from matrix.host.classify import vllm_in_wsl, vllm_kernel_version
 from repro.gate import EdgeRequest
 
 
-def _edge_answers(edge_outcomes, plans, cell, vllm_version) -> dict:
+def _edge_answers(edge_outcomes, plans, cell, vllm_version, no_answer) -> dict:
     """The kernel-edge child's answers for the cell's stack; the case fails or skips where there are none."""
     if vllm_version is None:
         pytest.fail("vLLM is not installed in this environment: run the cell through nox, which installs it")
     outcome = edge_outcomes[EdgeRequest.for_cell(cell, plans[cell].execution)]
     if not outcome.ok:
-        pytest.fail(f"no answer from vLLM under the kernel edges ({outcome.status}): {outcome.detail}\n{outcome.log}")
+        no_answer(outcome, "the kernel edges")
     if "import_error" in outcome.value:
         pytest.skip(f"vLLM did not import for the kernel edges: see test_vllm_imports\n{outcome.value['import_error']}")
     return outcome.value
 
 
 def test_gate_under_kernel_edge(
-    expect, tag, state, edge_outcomes, plans, cell, kernel_edge, pin_env, gate_key, vllm_version
+    expect, tag, state, no_answer, edge_outcomes, plans, cell, kernel_edge, pin_env, gate_key, vllm_version
 ):
     """One value vLLM decides under the edge's uname (release, node name) against the cell's rule."""
     state(kernel_edge=kernel_edge.name)
     tag("uname", f"release={kernel_edge.release} node={kernel_edge.node}")
-    answer = _edge_answers(edge_outcomes, plans, cell, vllm_version)[kernel_edge.name, pin_env]
+    answer = _edge_answers(edge_outcomes, plans, cell, vllm_version, no_answer)[kernel_edge.name, pin_env]
     context = f"\nvLLM's warnings: {answer['warnings']}" if gate_key == "warning" else ""
     expect(
         gate_key,
@@ -41,12 +41,12 @@ def test_gate_under_kernel_edge(
     )
 
 
-def test_vllm_reads_every_sample_uname_as_the_kit_does(tag, state, edge_outcomes, plans, cell, vllm_version):
+def test_vllm_reads_every_sample_uname_as_the_kit_does(tag, state, no_answer, edge_outcomes, plans, cell, vllm_version):
     """vLLM's in_wsl() and its stack's _get_wsl_kernel_version(), asked of every sample uname, against the kit's
     vllm_in_wsl and vllm_kernel_version: the doctor answers from those, so they must be this release's."""
     state(kernel_edge="readings")
     differ = []
-    for reading in _edge_answers(edge_outcomes, plans, cell, vllm_version)["readings"]:
+    for reading in _edge_answers(edge_outcomes, plans, cell, vllm_version, no_answer)["readings"]:
         system, node, release, version, machine = reading["uname"][:5]
         uname = {"system": system, "node": node, "release": release, "version": version, "machine": machine}
         kit = {"in_wsl": vllm_in_wsl(uname), "kernel": vllm_kernel_version(release)}

@@ -4,7 +4,7 @@ Without the cell's GPU every case is skipped with the plan's reason; a session
 without any GPU cell starts nothing. With it, each (cell, pin_env) runs vLLM twice
 in fresh processes — ``cpu_offload_gb=1`` and a reference without offload — and
 native Linux cells add the minimal form (vLLM's own switches that take pinned
-memory and UVA away). What each run must show is in matrix/expectations.toml.
+memory and UVA away). What each run must show is in matrix/judge/expectations.toml.
 The bare-torch probe runs only in cells planned native: it measures this machine.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from matrix.cells import Host
-from matrix.files import write_file
 from matrix.host import classify, facts
+from matrix.io.files import write_file
 from matrix.plan import Execution
 from repro import offload, probe
 from repro.gate import GateRequest

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from matrix.cells import Cell
 from matrix.plan import CellPlan, Execution
-from matrix.report.engine_bench import Configuration, Settings
+from matrix.store.engine_bench import Configuration, Settings
 from matrix.variables import UNSET
 from repro.engine_bench import PROMPT_TOKENS, Pair, Slot, child_env, child_spec, engine_process
 from repro.isolation import run_json_child

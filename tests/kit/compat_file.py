@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matrix.cells import CELLS
 from matrix.questions import Question
-from matrix.words import COMPAT_SCHEMA
+from matrix.text.words import COMPAT_SCHEMA
 
 # Newest first, as the report writes them; each with another way of naming its default runner (per model class;
 # 0.25.1 as a matrix made before the kit asked per model wrote it, a default_runner of no model).

@@ -17,9 +17,9 @@ import host_reads
 import pytest
 
 from matrix.cells import select
-from matrix.history_cache import read_committed
-from matrix.host.here import detected_plan
+from matrix.commands.here import detected_plan
 from matrix.releases import VLLM_VERSION
+from matrix.store.history_archive import read_committed
 from repro.answers import CACHE_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, on_loopback
 
-from matrix import release_index
-from matrix.history_cache import COMMITTED_HISTORY
+from matrix.store import release_index
+from matrix.store.history_archive import COMMITTED_HISTORY
 
 
 def covered() -> list[str]:

@@ -1,4 +1,4 @@
-"""The report as annotations on a commit (``python -m matrix.report.annotations``): one workflow command per cell to
+"""The report as annotations on a commit (``python -m matrix annotations``): one workflow command per cell to
 look at, naming its failing cases' rules and issues, every input text inert; the counts as step outputs. The
 workflow's report job runs it (tests/kit/test_workflow_run.py)."""
 
@@ -8,7 +8,7 @@ import json
 
 from conftest import run_module
 
-from matrix.report.annotations import MOST, commands, outputs
+from matrix.commands.annotations import MOST, commands, outputs
 
 HOSTILE = "x\n::add-mask::secret %0A##[error]y\r,z:"
 
@@ -76,10 +76,10 @@ def test_the_command_appends_the_counts_and_refuses_what_no_report_wrote(tmp_pat
     compat, out = tmp_path / "compat.json", tmp_path / "outputs"
     compat.write_text(json.dumps(document([{"id": "c", "status": "pass", "cases": []}])))
     out.write_text("earlier=1\n")
-    done = run_module("matrix.report.annotations", str(compat), "--github-output", str(out))
+    done = run_module("matrix", "annotations", str(compat), "--github-output", str(out))
     assert done.returncode == 0 and done.stdout == "", done.stderr
     assert out.read_text().splitlines()[:3] == ["earlier=1", "cells=1", "pass=1"]
     for text, says in (("{", "cannot be read"), ('{"versions": []}', "is not a report's compat.json (schema")):
         compat.write_text(text)
-        done = run_module("matrix.report.annotations", str(compat))
+        done = run_module("matrix", "annotations", str(compat))
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from matrix.__main__ import build_parser
-from matrix.cli import KIT_ROOT, run_command_line
-from matrix.history_cache import COMMITTED_HISTORY, read_committed
+from matrix.store.history_archive import COMMITTED_HISTORY, read_committed
+from matrix.text.cli import KIT_ROOT, run_command_line
 
 CELLS = "cuda-wsl2new-v1-*"
 RELEASE = "0.33.0"

@@ -23,9 +23,9 @@ import pytest
 from conftest import ROOT, committed_history
 
 from matrix.cells import Host
-from matrix.groups import GROUP_TESTS
 from matrix.plan import cell_pytest_args
 from matrix.releases import VLLM_VERSION
+from matrix.store.groups import GROUP_TESTS
 from matrix.variables import PRESENT_HOST
 from repro import emulation
 

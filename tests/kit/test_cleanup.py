@@ -1,4 +1,4 @@
-"""`nox -s clean` (python -m matrix.cleanup): a failed try's results go, and nothing else."""
+"""`nox -s clean` (python -m matrix clean-results): a failed try's results go, and nothing else."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_clean_removes_each_crashed_cell_saying_so_and_keeps_every_other_result(
     doctor = run_module("matrix", "doctor", "--matrix", str(tmp_path / "crash" / "compat.json"), "--stack", "cuda")
     assert "holds no vLLM release (a report of crashed runs alone; `nox -s clean` removes them)" in doctor.stderr
 
-    done = run_module("matrix.cleanup", str(results))
+    done = run_module("matrix", "clean-results", str(results))
     assert done.returncode == 0, done.stderr
     first, last = done.stdout.splitlines()
     assert first.startswith(f"removed {CELL} (vLLM unknown, crashed: crashed in vllm/vllm-openai:v0.33.0: no Docker")
@@ -56,5 +56,5 @@ def test_clean_removes_each_crashed_cell_saying_so_and_keeps_every_other_result(
     report = run_module("matrix", "report", str(results / "0.33.0"), "--out", str(tmp_path / "report"))
     assert report.returncode == 0, report.stderr
     assert [v["vllm"] for v in json.loads((tmp_path / "report" / "compat.json").read_text())["versions"]] == ["0.33.0"]
-    again = run_module("matrix.cleanup", str(results))
+    again = run_module("matrix", "clean-results", str(results))
     assert (again.returncode, again.stdout) == (0, "nothing crashed to remove\n")

@@ -22,9 +22,9 @@ from junitparser import Error, JUnitXml
 from matrix.cells import Cell, Host, Mode, Runner, Stack
 from matrix.host.classify import DetectedHost
 from matrix.junit import suite_properties
-from matrix.layout import run_dir
 from matrix.plan import Plan
 from matrix.releases import VLLM_VERSION
+from matrix.store.layout import run_dir
 from repro import container
 
 GATE_ONLY_CELL = "cuda-wsl2new-v1-graph"

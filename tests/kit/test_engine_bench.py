@@ -20,10 +20,7 @@ import pytest
 from conftest import ROOT, run_module
 
 from matrix.cells import Host, select
-from matrix.errors import MatrixError
-from matrix.groups import BENCH_GROUP
-from matrix.host.record import EnvironmentRecord
-from matrix.offline import (
+from matrix.commands.offline import (
     BENCH_RECORD,
     ENV_RECORD,
     IMPORTED_BENCH,
@@ -33,8 +30,11 @@ from matrix.offline import (
     OfflineRun,
     import_run,
 )
+from matrix.errors import MatrixError
+from matrix.host.record import EnvironmentRecord
 from matrix.plan import CellPlan, Execution, Plan, load_plan
-from matrix.report.engine_bench import Configuration, EngineBench, read_engine_bench, summary
+from matrix.store.engine_bench import Configuration, EngineBench, read_engine_bench, summary
+from matrix.store.groups import BENCH_GROUP
 from matrix.variables import BENCH_ENGINE
 from repro import engine_bench, gpu_run
 from repro.isolation import DEADLINE_VARIABLE
@@ -272,9 +272,9 @@ def test_mistakes_are_one_line(tmp_path):
 def test_a_stand_ins_record_is_shown_as_one_and_never_kept_as_evidence(benched, tmp_path):
     """The stand-in's figures measure the bench: the report of such a run says so on every line that shows them,
     and the evidence store refuses the record, so no published page shows them as a measurement."""
-    from matrix.evidence import Source, add_probes
     from matrix.report.model import build_report
     from matrix.report.outputs import report_outputs
+    from matrix.store.evidence import Source, add_probes
 
     held = tmp_path / "bench"
     held.mkdir()
@@ -294,9 +294,9 @@ def test_a_stand_ins_record_is_shown_as_one_and_never_kept_as_evidence(benched, 
 def test_a_gpus_record_is_kept_once_and_published_without_the_stand_in_word(benched, tmp_path):
     """What a record from a GPU would be (the stand-in's, its flag turned off as a GPU's run writes it): kept in
     the store's engine-bench folder once, and shown with its GPU and model."""
-    from matrix.evidence import Source, add_probes
     from matrix.report.model import build_report
     from matrix.report.outputs import report_outputs
+    from matrix.store.evidence import Source, add_probes
 
     held = tmp_path / "bench"
     held.mkdir()

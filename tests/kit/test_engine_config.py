@@ -109,7 +109,7 @@ def test_answers_are_kept_per_cell_and_the_models_architecture_is_inspected_once
     where answers are kept, that root is kept with them, as a user's is between runs, so a later evaluation of
     other cells reads vLLM's entry instead of inspecting again. One fresh evaluation serves both: each is ~20 s."""
     from matrix.cells import select
-    from matrix.host.here import detected_plan
+    from matrix.commands.here import detected_plan
     from repro import engine_config
     from repro.answers import CACHE_VARIABLE
 

@@ -12,10 +12,10 @@ import pytest
 from conftest import run_module
 
 from matrix.cells import Host
+from matrix.commands.offline import RUN_SCHEMA
 from matrix.errors import MatrixError
 from matrix.host import facts
 from matrix.host.record import FIELDS, EnvironmentRecord
-from matrix.offline import RUN_SCHEMA
 
 # One of these is of a kind each field is not (no field the kit reads is a number).
 WRONG = (7, "text", ["a list"], {"a": "mapping"})

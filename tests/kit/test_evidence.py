@@ -17,16 +17,16 @@ import pytest
 from builders import GATE, NIGHT, WSL2NEW, claims_file, night, results, runner
 from conftest import ROOT, committed_history, gpu_machine, run_module
 
-from matrix.bundle import Bundle, BundledCell
 from matrix.cells import select
-from matrix.evidence import Source, add, add_bundles, origin
 from matrix.host.record import EnvironmentRecord
 from matrix.junit import parse
 from matrix.plan import Execution
 from matrix.releases import VLLM_VERSION
-from matrix.report.claims import load_claims
 from matrix.report.model import build_report
 from matrix.report.outputs import report_outputs
+from matrix.store.bundle import Bundle, BundledCell
+from matrix.store.claims import load_claims
+from matrix.store.evidence import Source, add, add_bundles, origin
 
 
 def test_a_nights_gpu_results_are_kept_once_and_its_predictions_and_misroutes_never(tmp_path):

@@ -2,7 +2,7 @@ import pytest
 
 from matrix.cells import CELLS, Cell
 from matrix.errors import MatrixError
-from matrix.expectations import CONFIG_KEYS, GATE_KEYS, REPRO_KEYS, expected_values, load_rules
+from matrix.judge.expectations import CONFIG_KEYS, GATE_KEYS, REPRO_KEYS, expected_values, load_rules
 from matrix.variables import GATE_PIN_VALUES
 
 RULES = load_rules()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from matrix.errors import MatrixError
-from matrix.files import write_file
+from matrix.io.files import write_file
 
 
 def test_a_link_at_the_name_is_replaced_and_what_it_points_at_is_untouched(tmp_path):

@@ -19,15 +19,15 @@ from conftest import ROOT, run_module
 
 from matrix.cells import select
 from matrix.envelope import RunInfo
-from matrix.evidence import Source, add, add_probes
-from matrix.history_cache import read_committed
 from matrix.host.record import EnvironmentRecord
 from matrix.junit import kit_relative, write_cell_results
-from matrix.layout import EVIDENCE_STORE, PROBES
 from matrix.plan import CellPlan, Execution
 from matrix.report.model import build_report
 from matrix.report.outputs import report_outputs
-from matrix.report.probe import load_probes
+from matrix.store.evidence import Source, add, add_probes
+from matrix.store.history_archive import read_committed
+from matrix.store.layout import EVIDENCE_STORE, PROBES
+from matrix.store.probe import load_probes
 
 RUN = ROOT / "docs" / "evidence" / "gpu-runs" / "h200-vllm-0.26.0-2026-12-04"
 STORE = ROOT / EVIDENCE_STORE

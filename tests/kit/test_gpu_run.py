@@ -23,9 +23,17 @@ from builders import kit_as_sent
 from conftest import ROOT, require_gate_only, run_module
 
 from matrix.cells import select
+from matrix.commands.offline import (
+    BENCH_RECORD,
+    IMPORTED_PROBE,
+    PLAN_RECORD,
+    PROBE_RECORD,
+    GroupRun,
+    GroupStatus,
+    group_junit,
+)
 from matrix.host.facts import torch_info, vllm_info
 from matrix.junit import parse, properties
-from matrix.offline import BENCH_RECORD, IMPORTED_PROBE, PLAN_RECORD, PROBE_RECORD, GroupRun, GroupStatus, group_junit
 from matrix.plan import CellPlan, Execution
 from repro import gpu_run
 

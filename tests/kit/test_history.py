@@ -16,19 +16,20 @@ from builders import NOW, envelope, gate_case
 from conftest import ROOT, run_module
 from package_index import point_pip_at, refusing_url, served, write_index
 
-from matrix import history_cache, release_index
 from matrix.errors import MatrixError
 from matrix.host.classify import ENV_SCHEMA
 from matrix.host.facts import collect_environment
 from matrix.host.record import EnvironmentRecord
 from matrix.junit import parse
-from matrix.layout import EVIDENCE_STORE
 from matrix.plan import Plan
 from matrix.report import render_html, render_json, render_md
 from matrix.report.bench import BenchSummary
 from matrix.report.model import Evidence, EvidenceKind, build_report
 from matrix.report.render_json import SCHEMA_FILE
 from matrix.report.view import build_view, evidence_sentence
+from matrix.store import history_archive, release_index
+from matrix.store.history import normalised
+from matrix.store.layout import EVIDENCE_STORE
 
 PUBLISHED = ROOT / "docs" / "matrix" / "compat.json"
 COMMITTED_HISTORY = ROOT / "docs" / "evidence" / "history.tar.xz"
@@ -251,9 +252,9 @@ def test_the_published_matrix_was_made_by_a_committed_kit_on_this_branch(publish
 
 
 def test_the_history_behind_the_published_matrix_is_committed_whole_beside_it(published, tmp_path):
-    # What a fresh clone reuses instead of recomputing (matrix.history_cache): each release's files, as the
+    # What a fresh clone reuses instead of recomputing (matrix.store.history_archive): each release's files, as the
     # matrix read them, under a manifest that names each with its hash and the key it was computed under.
-    # Beside the history, the matrix reads the evidence store's records (matrix.evidence): a GPU's results, which
+    # Beside the history, the matrix reads the evidence store's records (matrix.store.evidence): a GPU's results, which
     # no recomputation gives back and which the store keeps itself.
     read: dict[str, set[str]] = {}
     history = [name for name in published["inputs"]["files"] if Path(name).parts[:2] == ("results", "history")]
@@ -262,7 +263,7 @@ def test_the_history_behind_the_published_matrix_is_committed_whole_beside_it(pu
         read.setdefault(release, set()).add(cell_file)
     stored = len(published["inputs"]["files"]) - len(history)
     assert stored == len([p for p in STORE.rglob("*.xml") if p.is_file()]), "the store's records, each read once"
-    committed = history_cache.read_committed(COMMITTED_HISTORY)
+    committed = history_archive.read_committed(COMMITTED_HISTORY)
     assert sorted(committed) == sorted(read), "run `nox -s publish` and commit docs/"
     cases = 0
     for release, files in sorted(committed.items()):
@@ -270,9 +271,11 @@ def test_the_history_behind_the_published_matrix_is_committed_whole_beside_it(pu
         entry.mkdir()
         for name, data in files.items():
             (entry / name).write_bytes(data)
-        assert history_cache.cached_entry(entry) == entry, f"{release} is not whole: run `nox -s publish`, commit docs/"
+        assert history_archive.cached_entry(entry) == entry, (
+            f"{release} is not whole: run `nox -s publish`, commit docs/"
+        )
         assert {p.name for p in entry.glob("*.xml")} == read[release], release
-        cases += sum(len(history_cache.normalised(entry)[name][1]) for name in read[release])
+        cases += sum(len(normalised(entry)[name][1]) for name in read[release])
     from_store = sum(len(list(parse(p).iter("testcase"))) for p in STORE.rglob("*.xml"))
     assert cases + from_store == published["inputs"]["testcases_read"]
 
@@ -356,7 +359,7 @@ def test_what_a_user_gets_follows_each_releases_own_facts(published):
 
 
 def test_the_published_matrix_agrees_with_the_rules(published):
-    assert published["contradictions"] == [], "a rule in matrix/expectations.toml disagrees with a release"
+    assert published["contradictions"] == [], "a rule in matrix/judge/expectations.toml disagrees with a release"
 
 
 @pytest.mark.browser

@@ -1,4 +1,5 @@
-"""matrix.history_cache: the key of a release's history results, and the cache `nox -s history` reuses them from."""
+"""The history: the key of a release's results (matrix.store.history_key), the cache and committed archive that keep
+them (history_archive), and the run that reuses or computes them (history)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from matrix import history_cache
+from matrix.case_facts import CaseFacts, spelled
 from matrix.errors import MatrixError
-from matrix.groups import GROUP_TESTS
-from matrix.history_cache import KeyInputs, Outcome, key_files, key_inputs, recheck_choice, run_history
-from matrix.progress import progress
+from matrix.store import history_archive
+from matrix.store.groups import GROUP_TESTS
+from matrix.store.history import Outcome, recheck_choice, run_history
+from matrix.store.history_key import KeyInputs, key_files, key_inputs
+from matrix.text.progress import progress
 
 COMMANDS = ("env", "plan", "split")
 TESTS = GROUP_TESTS["gate"]
@@ -65,7 +68,7 @@ def appended(path: Path, text: str = "\n# changed\n") -> Iterator[None]:
 
 def test_the_key_files_are_the_tests_what_they_import_of_the_kit_and_the_data_it_reads(kit):
     files = key_files(kit, TESTS, COMMANDS)
-    for needed in (*TESTS, "tests/cell/conftest.py", "matrix/expectations.toml", "repro/tinymodel.py"):
+    for needed in (*TESTS, "tests/cell/conftest.py", "matrix/judge/expectations.toml", "repro/tinymodel.py"):
         assert needed in files
     for unrelated in ("matrix/report/render_html.py", "matrix/report/templates/page.js", "README.md"):
         assert unrelated not in files
@@ -73,7 +76,7 @@ def test_the_key_files_are_the_tests_what_they_import_of_the_kit_and_the_data_it
 
 
 @pytest.mark.parametrize(
-    "changed", ["matrix/expectations.toml", "repro/tinymodel.py", "tests/cell/conftest.py", "matrix/envelope.py"]
+    "changed", ["matrix/judge/expectations.toml", "repro/tinymodel.py", "tests/cell/conftest.py", "matrix/envelope.py"]
 )
 def test_a_changed_kit_file_of_the_run_changes_the_key(kit, changed):
     before = inputs_of(kit).key
@@ -287,7 +290,7 @@ def test_a_fresh_clone_reuses_the_committed_results_of_its_own_key_and_publish_k
     committed = tmp_path / "kit" / "docs" / "evidence" / "history.tar.xz"
     outcomes = history(tmp_path / "a", Release(), committed=committed, record=True)
     assert [o.action for o in outcomes] == ["computed", "computed"]
-    archived = history_cache.read_committed(committed)
+    archived = history_archive.read_committed(committed)
     assert sorted(archived) == ["0.32.0", "0.33.0"]
     assert sorted(archived["0.33.0"]) == ["cuda-linux-v1-graph.env.json", "cuda-linux-v1-graph.xml", "manifest.json"]
     # Another machine, its user cache empty: the committed results are placed and nothing runs.
@@ -304,7 +307,7 @@ def test_a_fresh_clone_reuses_the_committed_results_of_its_own_key_and_publish_k
     assert "same as its committed copy" in rechecked[1].line()
     assert committed.read_bytes() == before
     # The same files make the same archive: a publish that changes nothing leaves nothing for git to see.
-    history_cache.write_committed(committed, history_cache.read_committed(committed))
+    history_archive.write_committed(committed, history_archive.read_committed(committed))
     assert committed.read_bytes() == before
 
 
@@ -333,11 +336,11 @@ def test_committed_results_of_another_key_are_never_used_and_only_publish_replac
     publish_run = Release(observed="False")
     outcome = run(publish_run, record=True)  # reused from the user cache, and committed under its key
     assert outcome.action == "reused" and publish_run.runs == []
-    archived = history_cache.read_committed(committed)
+    archived = history_archive.read_committed(committed)
     assert json.loads(archived["0.33.0"]["manifest.json"])["key"] == outcome.key
     assert b'value="False"' in archived["0.33.0"]["cuda-linux-v1-graph.xml"]
     assert json.loads(archived["0.32.0"]["manifest.json"])["key"] != outcome.key  # not run here: kept as it was
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(history_cache.PARTIAL_PREFIX)] == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(history_archive.PARTIAL_PREFIX)] == []
 
 
 @pytest.mark.parametrize("member", ["../escape", "0.33.0/../../x", "0.33.0/sub/file", "/abs/file"])
@@ -348,7 +351,7 @@ def test_an_archive_member_that_is_no_releases_file_is_refused_in_one_line(tmp_p
         info.size = 1
         tar.addfile(info, io.BytesIO(b"x"))
     with pytest.raises(MatrixError, match="which is no release's file"):
-        history_cache.read_committed(archive)
+        history_archive.read_committed(archive)
 
 
 def test_a_run_cut_short_stores_nothing_and_a_damaged_entry_is_never_used(tmp_path):
@@ -364,25 +367,41 @@ def test_a_run_cut_short_stores_nothing_and_a_damaged_entry_is_never_used(tmp_pa
     entry = tmp_path / "cache" / "0.33.0" / outcome.key
     (entry / "cuda-linux-v1-graph.xml").write_text("<testsuites>")  # changed after it was stored: not whole
     # A half-copied entry left by something else, under the partial prefix: never read as an entry.
-    shutil.copytree(entry, entry.parent / f"{history_cache.PARTIAL_PREFIX}x")
+    shutil.copytree(entry, entry.parent / f"{history_archive.PARTIAL_PREFIX}x")
     release = Release()
     (outcome,) = history(tmp_path, release, versions=("0.33.0",))
     assert outcome.action == "computed" and release.runs == ["0.33.0"]
-    assert history_cache.cached_entry(entry) == entry
+    assert history_archive.cached_entry(entry) == entry
+
+
+def _one_failed_case(out: Path, facts: CaseFacts, message: str) -> None:
+    props = "".join(f'<property name="{n}" value="{v}"/>' for n, v in facts.to_properties().items())
+    (out / "cuda-linux-v1-graph.xml").write_text(
+        '<testsuites><testsuite name="cuda-linux-v1-graph"><testcase classname="c" name="n">'
+        f'<properties>{props}</properties><failure message="{message}"/></testcase></testsuite></testsuites>'
+    )
 
 
 def test_a_release_whose_vllm_child_timed_out_is_placed_but_never_stored(tmp_path):
     def busy_machine(version: str, out: Path) -> None:
-        failure = '<failure message="no answer from vLLM under this host (timeout): killed after 180 s"/>'
-        (out / "cuda-linux-v1-graph.xml").write_text(
-            f'<testsuites><testsuite name="cuda-linux-v1-graph"><testcase classname="c" name="n">{failure}'
-            "</testcase></testsuite></testsuites>"
-        )
+        _one_failed_case(out, CaseFacts(timed_out=spelled(True)), "no answer from vLLM under this host")
 
     (outcome,) = history(tmp_path, busy_machine, versions=("0.33.0",))
     assert outcome.action == "computed, not stored: a vLLM child timed out"
     assert (tmp_path / "results" / "0.33.0" / "cuda-linux-v1-graph.xml").is_file()
-    assert history_cache.cached_entry(tmp_path / "cache" / "0.33.0" / outcome.key) is None
+    assert history_archive.cached_entry(tmp_path / "cache" / "0.33.0" / outcome.key) is None
+
+
+def test_a_timeout_is_the_cases_stated_fact_never_a_word_in_its_message(tmp_path):
+    """vLLM's own message may say "(timeout)" (a failure of vLLM's, kept like any other): only the fact the case
+    states makes a run the machine's load."""
+
+    def vllm_says_timeout(version: str, out: Path) -> None:
+        _one_failed_case(out, CaseFacts(cell="cuda-linux-v1-graph"), "vLLM raised: (timeout) in its own code")
+
+    (outcome,) = history(tmp_path, vllm_says_timeout, versions=("0.33.0",))
+    assert outcome.action == "computed"
+    assert history_archive.cached_entry(tmp_path / "cache" / "0.33.0" / outcome.key) is not None
 
 
 def test_recheck_auto_is_the_newest_and_one_other_picked_by_the_commit():
@@ -394,7 +413,7 @@ def test_recheck_auto_is_the_newest_and_one_other_picked_by_the_commit():
 
 
 def test_the_cache_is_named_by_its_variable_else_under_the_user_cache(tmp_path):
-    assert history_cache.cache_dir({"WSLPIN_HISTORY_CACHE": str(tmp_path)}) == tmp_path
+    assert history_archive.cache_dir({"WSLPIN_HISTORY_CACHE": str(tmp_path)}) == tmp_path
     expected = tmp_path / "wslpin-kit" / "history"
-    assert history_cache.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == expected
-    assert history_cache.cache_dir({}) == Path.home() / ".cache" / "wslpin-kit" / "history"
+    assert history_archive.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == expected
+    assert history_archive.cache_dir({}) == Path.home() / ".cache" / "wslpin-kit" / "history"

@@ -134,7 +134,7 @@ def test_the_doctor_prints_no_workflow_command_from_a_matrix_or_a_variable(tmp_p
 def test_every_character_that_shows_nothing_is_escaped_and_printable_text_is_kept():
     # Against this Python's Unicode database: controls, format characters (Cf), line and paragraph separators,
     # and the fillers and selectors that are letters or marks to Unicode but show nothing.
-    from matrix.report.visible import visible
+    from matrix.text.visible import visible
 
     fillers = [0x34F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x3164, 0xFFA0, *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)]
     unseen = [c for c in range(0x110000) if unicodedata.category(chr(c)) in ("Cc", "Cf", "Cs", "Zl", "Zp")] + fillers

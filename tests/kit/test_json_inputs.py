@@ -10,7 +10,7 @@ import pytest
 from builders import gate_case, write_suite
 from conftest import ROOT, run_module
 
-from matrix.bounded_json import MAX_DIGITS
+from matrix.io.bounded_json import MAX_DIGITS
 
 CELL = "cuda-wsl2new-v2-graph"
 LAST_REPORT = "the last report, which a bad input must not overwrite\n"

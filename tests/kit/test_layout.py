@@ -1,7 +1,7 @@
 """Results kept per vLLM release and per test group: no session replaces another's files.
 
 Real files throughout: pytest runs the cells' tests as the gate, probe and repro sessions
-run them, ``matrix split`` writes them where ``matrix.layout`` says, the report reads the tree.
+run them, ``matrix split`` writes them where ``matrix.store.layout`` says, the report reads the tree.
 """
 
 import json
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import require_gate_only, run_module
 
-from matrix.groups import GROUP_TESTS
 from matrix.host.record import EnvironmentRecord
-from matrix.layout import UNKNOWN_RELEASE, run_dir
 from matrix.plan import cell_pytest_args
-from matrix.releases import VLLM_VERSION
+from matrix.releases import UNKNOWN_RELEASE, VLLM_VERSION
+from matrix.store.groups import GROUP_TESTS
+from matrix.store.layout import run_dir
 
 CELLS = "cuda-wsl2new-v2-graph,rocm-wsl2new-v2-graph"
 # The tests each session runs (noxfile.py: gate, probe, repro), by group.

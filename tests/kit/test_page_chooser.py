@@ -14,7 +14,7 @@ from matrix.cells import CELLS, Cell
 from matrix.report import render_html
 from matrix.report.model import Report, build_report
 from matrix.report.view import build_view
-from matrix.words import HOST_NAMES
+from matrix.text.words import HOST_NAMES
 
 OLDER, NEWER = "0.29.0", "0.30.0"
 CHOSEN = "cuda-wsl2new-v2-graph"

@@ -8,12 +8,12 @@ import pytest
 from builders import gate_case, report_of, write_suite
 
 from matrix.cells import Cell, Host, Stack, select
+from matrix.commands.summary import render, summarize
 from matrix.envelope import ENVELOPE_SCHEMA, Envelope
 from matrix.errors import MatrixError
 from matrix.host.classify import DetectedHost
 from matrix.plan import Execution, Plan, load_plan
-from matrix.report.probe import load_probes
-from matrix.summary import render, summarize
+from matrix.store.probe import load_probes
 from repro.probe.record import metrics_document
 
 # What the kit wrote into every cell file before the envelope became a record (docs/matrix/compat.json's provenance).

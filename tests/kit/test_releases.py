@@ -7,7 +7,7 @@ import json
 
 from package_index import covered, refusing_url, run_releases, served, write_index
 
-from matrix.release_index import FIRST, final
+from matrix.store.release_index import FIRST, final
 
 # Beside the covered releases: one that counts, and what never does (a pre-release, a dev release, a local
 # version, one older than the matrix's first release).

@@ -4,7 +4,7 @@ The GPU cannot exist here: pytest runs the cell tests in a real subprocess, as a
 does, with a plan standing in for an H200 on native Linux and the ``replay_h200`` plugin standing
 in for the engine runs, the gate's answers and the probe (see that file for what was measured and
 what is derived). What is real: the cell tests, their fixtures and the ``expect`` judge, the rules
-in matrix/expectations.toml (resolved for 0.26.0), repro/failures.py's classifier reading the
+in matrix/judge/expectations.toml (resolved for 0.26.0), repro/failures.py's classifier reading the
 error texts, pytest's JUnit, and the kit's JUnit reader. Each cuda-* case must come out as below.
 """
 

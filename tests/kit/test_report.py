@@ -20,6 +20,7 @@ from matrix.cells import CELLS
 from matrix.plan import Execution, cell_pytest_args
 from matrix.report import render_html, render_json, render_md
 from matrix.report.status import Status
+from matrix.store.reading import ResultKind
 
 CORPUS = ROOT / "tests" / "corpus"
 
@@ -574,7 +575,7 @@ def test_a_native_run_outranks_the_gate_prediction_and_both_are_kept(tmp_path):
     cell = by_id(report_of(gate, native))["cuda-wsl2new-v1-graph"]
     assert cell.envelope.execution is Execution.NATIVE
     assert cell.status is Status.REGRESSION  # the real host did not pin with the opt-in set
-    assert [c.status for c in cell.superseded["gate-only"]] == [Status.PASS]
+    assert [c.status for c in cell.superseded[ResultKind(Execution.GATE_ONLY)]] == [Status.PASS]
 
 
 def test_a_misrouted_runner_outranks_the_gate_prediction(tmp_path):
@@ -583,7 +584,7 @@ def test_a_misrouted_runner_outranks_the_gate_prediction(tmp_path):
         tmp_path / "misrouted.xml", "cuda-wsl2new-v1-graph", ['<testcase name="misrouted"/>'], execution="misrouted"
     )
     cell = by_id(report_of(gate, misrouted))["cuda-wsl2new-v1-graph"]
-    assert cell.status is Status.MISROUTED and list(cell.superseded) == ["gate-only"]
+    assert cell.status is Status.MISROUTED and list(cell.superseded) == [ResultKind(Execution.GATE_ONLY)]
 
 
 @pytest.mark.reads_host

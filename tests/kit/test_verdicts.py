@@ -14,11 +14,11 @@ import pytest
 from builders import BUILT, CAP_WARNING, CUDA_NEW_KERNEL, CUDA_OLD_KERNEL, NATIVE, NOW, SCHEMA, suite
 
 from matrix.errors import MatrixError
+from matrix.judge.verdicts import load_verdict_rules
 from matrix.questions import Level, Question, Verdict
 from matrix.report import render_html, render_json, render_md
 from matrix.report.model import build_report
 from matrix.report.view import advice, build_view, plain, why
-from matrix.verdicts import load_verdict_rules
 
 
 def verdicts(tmp_path, *suites):
@@ -269,7 +269,7 @@ def test_a_bad_verdict_rule_is_refused_in_one_line(tmp_path):
     path.write_text('[[rule]]\nid = "y"\nquestion = "engine_start"\nwhen = { pin = "True" }\noutcome = "fine"\n')
     with pytest.raises(MatrixError, match=r"^rule 'y' in verdicts.toml: .*'fine'"):
         load_verdict_rules(path)
-    # Cells are named as in expectations.toml (matrix.rules), and a glob that names no cell is a typo.
+    # Cells are named as in expectations.toml (matrix.judge.rules), and a glob that names no cell is a typo.
     path.write_text(
         '[[rule]]\nid = "z"\ncells = "cuda-wsl3-*"\nquestion = "engine_start"\nwhen = { pin = "True" }\n'
         'outcome = "works"\nwhy = "w"\nbasis = "b"\n'

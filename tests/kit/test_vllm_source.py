@@ -1,5 +1,5 @@
-"""A vLLM source checkout run as its own vLLM (matrix.vllm_source), the bisection over its commits, and the gate
-session of a branch, which ends with what the branch changes against its release (`python -m matrix branch`).
+"""A vLLM source checkout run as its own vLLM (matrix.commands.vllm_source), the bisection over its commits, and the
+gate session of a branch, which ends with what the branch changes against its release (`python -m matrix branch`).
 
 The checkout is made here from the installed release (the one the kit pins): its package's ``__init__`` and
 platform modules committed and tagged as the release, then a one-line change to the CUDA kernel gate, with
@@ -22,9 +22,9 @@ from types import SimpleNamespace
 import pytest
 
 from matrix.__main__ import main
-from matrix.cli import KIT_ROOT
+from matrix.commands.vllm_source import describe, installed_release, lay_over, python_path
 from matrix.errors import MatrixError
-from matrix.vllm_source import describe, installed_release, lay_over, python_path
+from matrix.text.cli import KIT_ROOT
 
 pytestmark = pytest.mark.needs_vllm
 

@@ -1,4 +1,4 @@
-"""The step for vLLM's own Buildkite pipeline (``python -m matrix.ci.vllm_step``): it has the shape of the steps in
+"""The step for vLLM's own Buildkite pipeline (``python -m matrix vllm-step``): it has the shape of the steps in
 vLLM's ``.buildkite/test-pipeline.yaml``, and its file list opts it in for every vLLM file the gate's code imports or
 names, resolved in the vLLM release the kit pins."""
 
@@ -88,7 +88,7 @@ def test_a_url_that_yaml_or_the_shell_would_read_otherwise_stays_one_argument():
     assert shlex.split(parsed["commands"][0])[5:] == ["v1", url, "/tmp/vllm-wslpin-kit"]
     # An SSH address names no ref; an option or a space where the URL goes is refused in one line.
     assert "--branch" not in step("git@git.example:org/vllm-wslpin-kit.git")["commands"][0]
-    done = run_module("matrix.ci.vllm_step", "--kit=--upload-pack=x")
+    done = run_module("matrix", "vllm-step", "--kit=--upload-pack=x")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "give the kit's git URL" in done.stderr
 
 

@@ -24,8 +24,8 @@ from conftest import ROOT, gpu_machine
 from package_index import covered, point_pip_at, refusing_url, served, write_index
 
 from matrix.cells import CELLS, Cell, Host, select
+from matrix.commands.here import detected_plan
 from matrix.envelope import RunInfo
-from matrix.host.here import detected_plan
 from matrix.host.record import EnvironmentRecord
 from matrix.junit import write_cell_results
 from matrix.plan import CellPlan, Execution

@@ -26,9 +26,9 @@ from matrix.envelope import RunInfo
 from matrix.host import facts
 from matrix.host.record import EnvironmentRecord
 from matrix.junit import write_cells
-from matrix.layout import run_dir
 from matrix.plan import Plan
 from matrix.releases import VLLM_VERSION
+from matrix.store.layout import run_dir
 
 
 def main() -> int:
