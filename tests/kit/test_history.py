@@ -21,7 +21,7 @@ from matrix.host.classify import ENV_SCHEMA
 from matrix.host.facts import collect_environment
 from matrix.host.record import EnvironmentRecord
 from matrix.junit import parse
-from matrix.plan import Plan
+from matrix.plan import Execution, Plan
 from matrix.report import render_html, render_json, render_md
 from matrix.report.bench import BenchSummary
 from matrix.report.model import Evidence, EvidenceKind, build_report
@@ -30,6 +30,7 @@ from matrix.report.view import build_view, evidence_sentence
 from matrix.store import history_archive, release_index
 from matrix.store.history import normalised
 from matrix.store.layout import EVIDENCE_STORE
+from matrix.store.reading import ResultKind
 
 PUBLISHED = ROOT / "docs" / "matrix" / "compat.json"
 COMMITTED_HISTORY = ROOT / "docs" / "evidence" / "history.tar.xz"
@@ -116,7 +117,13 @@ def test_each_kind_of_evidence_reads_as_the_published_sentence():
             Evidence(EvidenceKind.GATE_ONLY, "2026-11-27", "0.33.0"),
             Evidence(EvidenceKind.EMULATED, "2026-11-28", "NVIDIA H200", runner="h200-vllm-0.26.0-2026-11-28"),
             Evidence(EvidenceKind.NATIVE, "2026-11-29", "RTX 4090 (24 GB)", runner="wsl-1"),
-            Evidence(EvidenceKind.SUPERSEDED, "", "", execution="gate-only", counts=(("pass", 3), ("skipped", 1))),
+            Evidence(
+                EvidenceKind.SUPERSEDED,
+                "",
+                "",
+                execution=ResultKind(Execution.GATE_ONLY),
+                counts=(("pass", 3), ("skipped", 1)),
+            ),
             Evidence(EvidenceKind.PROBE, "2026-11-20", "RTX 4090", passed=True),
             Evidence(EvidenceKind.BENCH, "2026-11-25", "0.33.0", bench=bench),
         )
