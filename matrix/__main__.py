@@ -21,7 +21,7 @@ from pathlib import Path
 
 from matrix import __version__
 from matrix.cells import Cell, select
-from matrix.cli import run_command_line
+from matrix.cli import require_kit_python, run_command_line
 from matrix.errors import MatrixError
 from matrix.host import facts
 from matrix.host.here import detected_plan
@@ -546,8 +546,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The commands of a bare system Python, 3.8 and later (the top of this module); the others need the kit's (KIT_PYTHON).
+ANY_PYTHON = frozenset({"doctor", "env", "plan", "pipeline"})
+
+
+def _python_for(args: argparse.Namespace) -> None:
+    if args.command not in ANY_PYTHON:
+        require_kit_python(f"python -m matrix {args.command}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_command_line(build_parser, argv)
+    return run_command_line(build_parser, argv, _python_for)
 
 
 if __name__ == "__main__":
