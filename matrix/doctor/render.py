@@ -67,11 +67,12 @@ MOE_FROM = {
 }
 KIND_WORDS = {Kind.PRE: "a pre-release", Kind.DEV: "a development build", Kind.POST: "a post-release"}
 OPT_IN_STEP = f"set {PIN_MEMORY.name}={OPT_IN}"
-# What `nox -s "cell(...)"` installs before it runs (noxfile's _install_vllm; README: "What a GPU-less session
-# installs"): the sizes are the environments' on disk.
+# What `nox -s "cell(...)"` installs before it runs (tools/installs.py's install_vllm; docs/design.md: "What a
+# GPU-less session installs"): the sizes are the environments' on disk, the GPU-less one as docs/performance.md
+# measures it.
 CHECK_INSTALLS = (
     "it first installs vLLM {vllm} into .nox/: with a GPU here, vLLM and its CUDA torch from the package index, "
-    "about 9 GB; without one, vLLM's wheel and a CPU torch, about 3 GB, and the tests that need a GPU are skipped"
+    "about 9 GB; without one, vLLM's wheel and a CPU torch, about 3.4 GB, and the tests that need a GPU are skipped"
 )
 # After "the opt-in, ": what the answers below are, by their basis.
 OPTED_IN_WORDS = {

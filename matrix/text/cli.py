@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import signal
 import sys
 from collections.abc import Callable
@@ -26,8 +27,30 @@ def missing_dependency(module: str) -> str:
     )
 
 
-def run_command_line(build_parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None) -> int:
-    """Build the parser, parse, run the chosen command.
+# The Python every command needs but the doctor, `env`, `plan` and `pipeline` (matrix/__main__.py says why those run
+# on 3.8): the others import modules written for 3.11 (StrEnum, datetime.UTC, dataclass slots) and its packages.
+KIT_PYTHON = (3, 11)
+
+
+def require_kit_python(command: str) -> None:
+    """One line naming the Python ``command`` needs, where this one is older: not the traceback of a 3.11 module."""
+    if sys.version_info >= KIT_PYTHON:
+        return
+    needed = ".".join(map(str, KIT_PYTHON))
+    raise MatrixError(
+        f"`{command}` needs Python {needed} or later, and this Python ({sys.executable}) is "
+        f"{platform.python_version()}: run it with {KIT_ROOT / '.nox' / 'tests' / 'bin' / 'python'} (made by "
+        f"`nox -s tests`), or a Python {needed}+ with the kit installed (`pip install -e '.[test]'` in {KIT_ROOT}); "
+        "the doctor, env, plan and pipeline run on Python 3.8 and later"
+    )
+
+
+def run_command_line(
+    build_parser: Callable[[], argparse.ArgumentParser],
+    argv: list[str] | None,
+    check: Callable[[argparse.Namespace], None] | None = None,
+) -> int:
+    """Build the parser, parse, ``check`` the arguments, run the chosen command.
 
     A MatrixError, or a package this Python lacks, is one line on stderr and exit 2, never a traceback; a closed
     standard output ends the command quietly.
@@ -35,6 +58,8 @@ def run_command_line(build_parser: Callable[[], argparse.ArgumentParser], argv: 
     """
     try:
         args = build_parser().parse_args(argv)
+        if check is not None:
+            check(args)
         return args.func(args)
     except BrokenPipeError:
         # The reader left (`doctor | head`): what was left to print has nowhere to go, and Python would say so

@@ -17,8 +17,18 @@ from repro.container.spec import KIT_ROOT
 
 
 def _cell_requirements() -> list[Requirement]:
+    """The cell extra's requirements, each of the kit's own extras it names (``vllm-wslpin-kit[core]``) replaced by
+    that extra's: the kit itself is mounted into the image, never copied as a dependency."""
     project = tomllib.loads((KIT_ROOT / "pyproject.toml").read_text())["project"]
-    return [Requirement(r) for r in [*project["dependencies"], *project["optional-dependencies"]["cell"]]]
+    extras, own = project["optional-dependencies"], canonicalize_name(project["name"])
+    found, todo = [Requirement(r) for r in project["dependencies"]], [Requirement(r) for r in extras["cell"]]
+    while todo:
+        req = todo.pop()
+        if canonicalize_name(req.name) == own:
+            todo += [Requirement(r) for extra in sorted(req.extras) for r in extras[extra]]
+        else:
+            found.append(req)
+    return found
 
 
 def stage_dependencies(build: Path) -> Path:

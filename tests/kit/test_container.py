@@ -133,11 +133,12 @@ def test_a_session_narrowed_to_some_tests_runs_only_those_in_the_container():
     assert "tests/cell " not in script
 
 
-def test_staged_dependencies_are_the_cell_extra_and_the_base_ones_pure_python(tmp_path):
+def test_staged_dependencies_are_the_cell_extra_and_the_core_one_it_names_pure_python(tmp_path):
     deps = container.stage_dependencies(tmp_path)
     names = {p.name.split("-")[0] for p in deps.glob("*.dist-info")}
     assert {"pytest", "junitparser", "defusedxml", "packaging", "pluggy"} <= names
     assert "docker" not in names and "requests" not in names  # host side only
+    assert "vllm_wslpin_kit" not in names  # the kit is mounted, never copied as its own dependency
     assert container.stage_dependencies(tmp_path) == deps  # reused
 
 

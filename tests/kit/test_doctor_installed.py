@@ -1,24 +1,30 @@
-"""The doctor a person gets without a checkout: the kit's wheel in a fresh venv, its console script, the matrix
-the package carries, another machine's set-up from a pasted file, and a newer matrix from a URL (a loopback
-server here)."""
+"""The doctor a person gets without a checkout: the kit's wheel, which asks for Python 3.8 and installs nothing else,
+installed offline as people install it (pip --user, pipx, uvx) on the oldest and newest Python, its console script,
+the matrix the package carries, another machine's set-up from a pasted file, and a newer matrix from a URL (a
+loopback server here)."""
 
 from __future__ import annotations
 
+import email.parser
 import gzip
 import http.server
+import importlib.util
 import json
 import os
+import shutil
 import socket
 import socketserver
 import subprocess
 import sys
 import time
 import venv
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, on_loopback
+from test_system_pythons import python_or_skip
 
 from matrix import __version__
 from matrix.doctor import collected, published, remote
@@ -84,24 +90,111 @@ def test_the_package_carries_the_published_matrixs_doctor_part_within_its_budget
 
 
 @pytest.fixture(scope="module")
-def doctor(tmp_path_factory) -> Path:
-    """``wslpin-doctor`` of the kit's wheel, built here offline and installed alone (no dependencies) in a venv."""
-    where = tmp_path_factory.mktemp("installed")
+def wheel(tmp_path_factory) -> Path:
+    """The kit's wheel, built here offline with its own build backend."""
+    dist = tmp_path_factory.mktemp("dist")
     built = subprocess.run(
-        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(where / "dist")],
+        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(dist)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
     )
     assert built.returncode == 0, built.stderr
-    (wheel,) = (where / "dist").glob("vllm_wslpin_kit-*.whl")
+    (wheel,) = dist.glob("vllm_wslpin_kit-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def doctor(wheel, tmp_path_factory) -> Path:
+    """``wslpin-doctor`` of the kit's wheel, installed offline in a venv."""
+    where = tmp_path_factory.mktemp("installed")
     venv.create(where / "venv", with_pip=True)
     python = where / "venv" / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)]
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--no-index", str(wheel)]
     installed = subprocess.run(pip, capture_output=True, text=True, check=False)
     assert installed.returncode == 0, installed.stderr
     return where / "venv" / "bin" / "wslpin-doctor"
+
+
+def test_the_wheel_asks_for_python_3_8_and_installs_nothing_beside_the_doctor(wheel):
+    with zipfile.ZipFile(wheel) as files:
+        (name,) = [n for n in files.namelist() if n.endswith(".dist-info/METADATA")]
+        meta = email.parser.Parser().parsestr(files.read(name).decode())
+    assert meta["Requires-Python"] == ">=3.8"
+    requires = meta.get_all("Requires-Dist") or []
+    # Everything the other commands need comes with an extra (pyproject.toml), each of which brings the core one.
+    assert requires and all("; extra == " in r for r in requires), requires
+    assert {"core", "cell", "report", "bench", "container"} <= set(meta.get_all("Provides-Extra") or [])
+    assert [r.split(";")[0] for r in requires if r.endswith("extra == 'cell'")] == [
+        "defusedxml==0.7.1",
+        "junitparser==5.0.3",
+        "packaging>=24",
+        "pytest==9.2.0",
+    ]
+
+
+# Ubuntu 20.04's Python and the newest: the doctor installed as a person installs a tool, with no index to reach.
+INSTALL_PYTHONS = ("3.8", "3.13")
+INSTALLERS = ("pip --user", "pipx", "uvx")
+
+
+def _offline_env(home: Path) -> dict[str, str]:
+    """A new user's environment: a fresh HOME (pip's user site, caches), no index or wheel directory configured."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "PIPX_", "PYTHON"))}
+    return {**env, "HOME": str(home), "UV_PYTHON_DOWNLOADS": "never"}
+
+
+def _installed(installer: str, python: str, wheel: Path, home: Path) -> list[str]:
+    """Install ``wheel`` offline with ``installer`` for ``python``; the command that runs its doctor."""
+    env = _offline_env(home)
+    if installer == "uvx":
+        uvx = shutil.which("uvx")
+        if uvx is None:
+            pytest.skip("no uvx on PATH (`pip install uv`)")
+        # uvx installs on first use, into a cache made empty here.
+        cache = str(home / "uv-cache")
+        return [uvx, "--offline", "--cache-dir", cache, "--python", python, "--from", str(wheel), "wslpin-doctor"]
+    if installer == "pipx":
+        if importlib.util.find_spec("pipx") is None:
+            pytest.skip("no pipx in this Python (the test extra has it)")
+        env |= {"PIPX_HOME": str(home / "pipx"), "PIPX_BIN_DIR": str(home / "bin"), "PIPX_MAN_DIR": str(home / "man")}
+        command = [sys.executable, "-m", "pipx", "install", "--python", python, "--pip-args=--no-index", str(wheel)]
+        script = home / "bin" / "wslpin-doctor"
+    else:
+        command = [python, "-m", "pip", "install", "--quiet", "--user", "--no-index", str(wheel)]
+        script = home / ".local" / "bin" / "wslpin-doctor"
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [str(script)]
+
+
+@pytest.mark.parametrize("installer", INSTALLERS)
+@pytest.mark.parametrize("version", INSTALL_PYTHONS)
+def test_the_wheel_installs_offline_and_its_doctor_answers(wheel, pasted, tmp_path, installer, version):
+    python = python_or_skip(version)
+    home = tmp_path / "home"
+    home.mkdir()
+    doctor = _installed(installer, python, wheel, home)
+    env = _offline_env(home)
+    said = subprocess.run([*doctor, "--version"], env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert (said.returncode, said.stdout) == (0, f"wslpin-doctor {__version__}\n"), said.stderr
+    asked = [*doctor, "--collect-env", str(pasted), "--vllm", "0.33.0"]
+    done = subprocess.run(asked, env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "cell       cuda-wsl2new-v2-graph, vLLM 0.33.0 (--vllm)" in done.stdout
+
+
+def test_the_installed_doctor_on_python_3_7_names_the_python_it_needs(wheel, tmp_path):
+    python = python_or_skip("3.7")
+    subprocess.run([python, "-m", "venv", str(tmp_path / "venv")], check=True)
+    # pip refuses the wheel on 3.7 (Requires-Python); a person may still force it, or copy the package over.
+    pip = [str(tmp_path / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index"]
+    forced = subprocess.run([*pip, "--ignore-requires-python", str(wheel)], capture_output=True, text=True, check=False)
+    assert forced.returncode == 0, forced.stderr
+    done = run_doctor(tmp_path / "venv" / "bin" / "wslpin-doctor", "--version", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("error: the kit needs Python 3.8 or later") and len(done.stderr.splitlines()) == 1
 
 
 def run_doctor(doctor: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -110,10 +203,9 @@ def run_doctor(doctor: Path, *args: str, cwd: Path) -> subprocess.CompletedProce
     return subprocess.run([str(doctor), *args], capture_output=True, text=True, cwd=cwd, env=env, check=False)
 
 
-def test_the_installed_doctor_and_its_wheel_say_the_kits_version(doctor, tmp_path):
+def test_the_installed_doctor_and_its_wheel_say_the_kits_version(doctor, wheel, tmp_path):
     done = run_doctor(doctor, "--version", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (0, f"wslpin-doctor {__version__}\n"), done.stderr
-    (wheel,) = (doctor.parents[2] / "dist").glob("*.whl")
     assert wheel.name.startswith(f"vllm_wslpin_kit-{__version__}-")
 
 

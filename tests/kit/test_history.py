@@ -399,6 +399,7 @@ class RecordingSession:
     def __init__(self, name: str, tmp: Path, posargs: list[str], record: dict = RECORD) -> None:
         self.name, self.tmp, self.posargs, self.record = name, tmp, posargs, record
         self.virtualenv = SimpleNamespace(location=str(tmp / "venv"))
+        self.venv_backend = "uv"
         self.commands: list[tuple[str, ...]] = []
         self.installs: list[tuple[tuple[str, ...], object]] = []  # each install's packages and environment
         self.warnings: list[str] = []

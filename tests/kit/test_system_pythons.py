@@ -1,4 +1,5 @@
-"""The doctor, ``env`` and ``plan`` on the system Pythons that people and self-hosted runners have: 3.8 and later.
+"""The doctor, ``env`` and ``plan`` on the system Pythons that people and self-hosted runners have: 3.8 and later;
+the other commands there, and the doctor on 3.7 and 2.7, each refused in one line naming the Python needed.
 
 Ubuntu 20.04 ships Python 3.8 and 22.04 ships 3.10, the distributions most WSL2 users run, and a runner's
 first step (``plan --require native --misrouted-out``) runs on its system Python before any venv exists. Each
@@ -71,14 +72,20 @@ class Python(NamedTuple):
     path: str
 
 
-@pytest.fixture(scope="module", params=VERSIONS)
-def python(request) -> Python:
-    version = request.param
+def python_or_skip(version: str) -> str:
+    """A Python ``version`` here, or the test skipped, naming where it was looked for."""
     found = find_python(version)
     if found is None:
         pytest.skip(
             f"no Python {version} here: no python{version} on PATH that runs, no {pyenv_root()}/versions/{version}.*"
         )
+    return found
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def python(request) -> Python:
+    version = request.param
+    found = python_or_skip(version)
     done = subprocess.run([found, *STDLIB_ONLY, "-c", _CAN_IMPORT], capture_output=True, text=True, check=True)
     # The premise: nothing installed can be imported, so only the standard library can make the commands work.
     assert json.loads(done.stdout) == {"packages_dirs": [], "packaging": False}, done.stdout
@@ -135,6 +142,24 @@ def test_env_writes_the_record_and_plan_plans_every_cell_from_it(python, tmp_pat
     plan = json.loads(plan_file.read_text())
     assert plan["schema"] == PLAN_SCHEMA and plan["env_hash"] == record["env_hash"]
     assert [entry["cell"] for entry in plan["cells"]] == [cell.id for cell in CELLS]
+
+
+@pytest.mark.parametrize("args", [("report", "results", "--out", "build"), ("summary",), ("releases",)])
+def test_the_other_commands_name_the_python_they_need_in_one_line(python, args):
+    if python.version in ("3.11", "3.12", "3.13"):
+        pytest.skip(f"Python {python.version} runs every command (with the kit's dependencies installed)")
+    done = matrix(python, *args)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"error: `python -m matrix {args[0]}` needs Python 3.11 or later, and this Python")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("version", ["3.7", "2.7"])
+def test_a_python_older_than_3_8_is_told_which_the_doctor_needs_in_one_line(version):
+    done = matrix(Python(version, python_or_skip(version)), "doctor")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("error: the kit needs Python 3.8 or later (the doctor"), done.stderr
+    assert done.stderr.count("\n") == 1
 
 
 @pytest.mark.reads_host

@@ -154,6 +154,7 @@ class RunningSession:
     installer is the one step that does not run."""
 
     name = "gate"
+    venv_backend = "uv"
 
     def __init__(self, tmp: Path, posargs: list[str]) -> None:
         self.tmp, self.posargs = tmp, posargs
