@@ -142,6 +142,11 @@ RUNNER_KINDS = Variable(
     "the runner kinds online (a repository variable): the plan gives cells to those only; empty: all",
     (),
 )
+TORCH_INDEX = Variable(
+    "WSLPIN_TORCH_INDEX",
+    "a mirror of PyTorch's CPU wheel index (a URL), for a machine that cannot reach PyTorch's own (tools/installs.py)",
+    (),
+)
 SMOKE_IMAGE = Variable(
     "WSLPIN_SMOKE_IMAGE",
     "the image nox -s docker_smoke built, for its test to run a cell in",

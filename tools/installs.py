@@ -30,6 +30,7 @@ from pathlib import Path
 import nox
 from nox.virtualenv import PassthroughEnv
 
+from matrix import variables
 from matrix.commands import vllm_source
 from matrix.errors import MatrixError
 
@@ -39,8 +40,7 @@ GATE_LOCK = "requirements/gate.txt"
 # `--vllm installed`: the vLLM and torch already in the Python that runs the session (a runner with vLLM
 # preinstalled, an offline machine); the session installs nothing, so it needs `nox --no-venv`.
 INSTALLED = "installed"
-# A mirror of PyTorch's CPU wheel index (a URL), for a machine that cannot reach PyTorch's own.
-TORCH_INDEX = "WSLPIN_TORCH_INDEX"
+TORCH_INDEX = variables.TORCH_INDEX.name
 
 # uv, unlike pip, writes no bytecode when it installs. Where Python may not write it either (PYTHONDONTWRITEBYTECODE,
 # as in many containers and on this kit's CI machine; a read-only venv), every process and forked child would compile
