@@ -6,8 +6,25 @@
 # time (no enum.StrEnum, typing.Self, datetime.UTC, zip(strict=), dataclass slots): pyproject.toml has ruff
 # check those modules as py38, and tests/kit/test_system_pythons.py runs the commands on those Pythons. The
 # other commands import third-party packages lazily, and need the kit's Python (3.11+).
+# ruff: noqa: E402 - the doctor is dispatched before the other commands' imports (below)
 
 from __future__ import annotations
+
+import sys
+
+
+def _doctor(argv: list[str]) -> int:
+    # Here, not at the top nor in build_parser: what the history's `env`, `plan` and `split` import is its cache
+    # key (matrix/history_cache.py), and the doctor changes no release's results.
+    from matrix.doctor import cli
+
+    return cli.main(argv, prog="python -m matrix doctor")
+
+
+# The doctor costs little more than Python's own start (benchmarks/bench_doctor.py); the imports of the other
+# commands below would cost it as much again, so `python -m matrix doctor` is answered before them.
+if __name__ == "__main__" and sys.argv[1:2] == ["doctor"]:
+    sys.exit(_doctor(sys.argv[2:]))
 
 import argparse
 import datetime as dt
@@ -15,7 +32,6 @@ import glob
 import json
 import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -61,11 +77,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    # Here, not at the top nor in build_parser: what the history's `env`, `plan` and `split` import is its cache
-    # key (matrix/history_cache.py), and the doctor changes no release's results.
-    from matrix.doctor import cli
-
-    return cli.main(args.args, prog="python -m matrix doctor")
+    return _doctor(args.args)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
