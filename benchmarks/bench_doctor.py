@@ -2,6 +2,8 @@
 
     python benchmarks/bench_doctor.py [--python PYTHON] [--pairs N] [--no-wheel] [-- DOCTOR ARGUMENTS]
 
+PYTHON defaults to the first python3 on PATH outside the venv running this script: the one a person runs the
+doctor with. `nox -s bench_doctor` runs it with hatchling installed, which builds the wheel.
 Two forms: the checkout's `PYTHON -m matrix doctor` (run from the kit's root), and the wheel's `wslpin-doctor`
 (the kit's wheel built here, installed alone in a fresh venv of PYTHON, run from an empty directory) against that
 venv's `python -c pass`. Each pair runs the two commands one after the other, which goes first alternating, so
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,6 +31,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
+
+
+def system_python() -> str:
+    """The first python3 on PATH, this venv's own left out."""
+    here = Path(sys.prefix) / "bin"
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != here)
+    return shutil.which("python3", path=path) or sys.executable
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,7 @@ def installed_doctor(python: str, work: Path) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", default=sys.executable, help="the interpreter measured (default: this one)")
+    parser.add_argument("--python", default=system_python(), help="the interpreter measured (default: python3)")
     parser.add_argument("--pairs", type=int, default=30, help="pairs of runs per form (default: 30)")
     parser.add_argument("--no-wheel", action="store_true", help="the checkout's form alone (no wheel built)")
     parser.add_argument("doctor", nargs="*", default=["--stack", "cuda"], help="the doctor's arguments, after --")
