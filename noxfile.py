@@ -588,6 +588,13 @@ def bench_report(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_report.py", *session.posargs)
 
 
+@nox.session(default=False)
+def bench_doctor(session: nox.Session) -> None:
+    """Time the doctor against `python -c pass` on the same interpreter (python3), checkout and wheel: CPU, memory."""
+    session.install("hatchling==1.33.0")  # builds the kit's wheel, offline, as test_doctor_installed does
+    session.run("python", "benchmarks/bench_doctor.py", *session.posargs)
+
+
 def _stand_in_env(as_host: str | None, stand_in_gpu: bool) -> dict[str, str]:
     """The environment in which every process of a test run sees another machine than this one."""
     env = {}

@@ -6,15 +6,31 @@
 # time (no enum.StrEnum, typing.Self, datetime.UTC, zip(strict=), dataclass slots): pyproject.toml has ruff
 # check those modules as py38, and tests/kit/test_system_pythons.py runs the commands on those Pythons. The
 # other commands import third-party packages lazily, and need the kit's Python (3.11+).
+# ruff: noqa: E402 - the doctor is dispatched before the other commands' imports (below)
 
 from __future__ import annotations
+
+import sys
+
+
+def cmd_doctor(argv: list[str]) -> int:
+    # Here, not at the top: what the history's `env`, `plan` and `split` import is its cache key
+    # (matrix/store/history_key.py walks only the commands a run uses), and the doctor changes no release's results.
+    from matrix.doctor import cli
+
+    return cli.main(argv, prog="python -m matrix doctor")
+
+
+# The doctor costs little more than Python's own start (benchmarks/bench_doctor.py); the imports of the other
+# commands below would cost it as much again, so `python -m matrix doctor` is answered before them.
+if __name__ == "__main__" and sys.argv[1:2] == ["doctor"]:
+    sys.exit(cmd_doctor(sys.argv[2:]))
 
 import argparse
 import datetime as dt
 import glob
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -57,14 +73,6 @@ def cmd_env(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    # Here, not at the top nor in build_parser: what the history's `env`, `plan` and `split` import is its cache
-    # key (matrix/store/history_key.py), and the doctor changes no release's results.
-    from matrix.doctor import cli
-
-    return cli.main(args.args, prog="python -m matrix doctor")
 
 
 # Commands whose module keeps a parser of its own (``build_parser(prog)``), imported only when the command runs:
@@ -379,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
         prefix_chars="\0",
     )
     doctor.add_argument("args", nargs=argparse.REMAINDER)
-    doctor.set_defaults(func=cmd_doctor)
+    doctor.set_defaults(func=lambda args: cmd_doctor(args.args))
 
     env = sub.add_parser("env", help="collect this machine's environment as schema-versioned JSON")
     env.add_argument("--out", help="write here instead of stdout")

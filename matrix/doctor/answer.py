@@ -16,6 +16,7 @@ from matrix.doctor.published import (
     CellEntry,
     Kept,
     Kind,
+    Listed,
     Published,
     QuestionVerdict,
     Release,
@@ -344,7 +345,7 @@ def _version(setup: SetUp) -> Version | None:
     return version
 
 
-def _release(version: Version | None, published: Published) -> tuple[Release, Match]:
+def _release(version: Version | None, published: Published) -> tuple[Listed, Match]:
     """The release that answers for ``version`` and how it stands to it; refused below every release."""
     newest = published.releases[0]
     if version is None:
@@ -415,7 +416,8 @@ def _verdicts(setup: SetUp, release: Release, entry: CellEntry, pin: Setting) ->
 def answer(setup: SetUp, published: Published) -> Answer:
     """The published cell and release for ``setup``; refused when the matrix has no cell for it."""
     version = _version(setup)
-    release, match = _release(version, published)
+    listed, match = _release(version, published)
+    release = listed.read()  # this release's answers alone: the others are never read
     picked = _by_architecture(setup, release)
     runner = _runner(setup, release, picked)
     cell = Cell(setup.stack.value, setup.host, runner.value, setup.mode.value)

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 from matrix import __version__
 from matrix.cells import Mode, ModelClass, Runner, Stack
-from matrix.doctor import answer, collected, model, published, remote, render
+from matrix.doctor import answer, model, published, remote, render
 from matrix.errors import MatrixError
 from matrix.host import facts
 from matrix.text.cli import run_command_line
+
+# A doctor costs little more than Python's own start (benchmarks/bench_doctor.py): what only a flag needs is
+# imported when that flag is given (--collect-env here, --matrix URL in ``remote``).
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +61,8 @@ def _table(where: str | None) -> published.Published:
         return published.read_published(published.PACKAGED, "the matrix this kit carries")
     if not remote.is_url(where):
         return published.read_published(Path(where), f"--matrix {where}")
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="wslpin-matrix-") as scratch:
         path = Path(scratch) / "compat.json"
         path.write_bytes(remote.fetch(where))
@@ -81,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         architecture=args.arch or (given.architecture if given else None),
     )
     if args.collect_env:
+        from matrix.doctor import collected
+
         described = collected.read_set_up(Path(args.collect_env))
         machine, origin = described.facts, described.origin
     else:

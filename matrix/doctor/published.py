@@ -2,7 +2,10 @@
 
 Only the fields the doctor uses are read, each checked, so a file of another shape is refused in one
 line that names it, never half-read. ``matrix.report`` writes the file; its modules import packages
-a bare Python lacks, hence this reader of its own.
+a bare Python lacks, hence this reader of its own. The doctor's part of it, which the kit's package carries, is
+laid out a value a line (``write_packaged``) so that of its 14 releases' 336 cells the doctor decodes and checks
+the one it answers from: the index at once, a release and its cell when the answer reaches them, each still
+refused in one line where it departs from the shape.
 """
 
 from __future__ import annotations
@@ -11,29 +14,35 @@ import argparse
 import enum
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from matrix.cells import Axis, Cell, ModelClass, Runner, Stack
 from matrix.errors import MatrixError
-from matrix.io.files import write_file
+from matrix.io.bounded_json import parse
+from matrix.io.files import InputFileError, read_input, write_file
 from matrix.io.records import read_record
 from matrix.questions import Level, Question, Verdict
 from matrix.text.words import COMPAT_SCHEMA
 
 # The doctor's part of a compat.json: what the kit's package carries, so that an installed doctor answers with no
 # checkout (``nox -s publish`` writes it beside this module from the published compat.json).
-DOCTOR_SCHEMA = "wslpin-kit.doctor-matrix/1"
+DOCTOR_SCHEMA = "wslpin-kit.doctor-matrix/2"
+# Its layout before: one JSON document of every release's cells. A copy of it given to --matrix is read whole, as a
+# compat.json is.
+DOCTOR_SCHEMA_WHOLE = "wslpin-kit.doctor-matrix/1"
 PACKAGED = Path(__file__).with_name("matrix.json")
-# What each cell keeps: every field ``_cell`` reads.
-_CELL_FIELDS = ("id", "command", "evidence", "verdicts", "status", "issues")
+# What each cell keeps: every field ``_cell`` reads (its id is the index's).
+_CELL_FIELDS = ("command", "evidence", "verdicts", "status", "issues")
 _VERDICT_FIELDS = ("verdict", "level", "advice", "why", "issues")
 # What a kept answer says (compat.json's ``kept``), where a matrix has it: one made before is still read, without.
 _KEPT_FIELDS = ("verdict", "level", "advice", "why")
 _RELEASE_NEWER_FIELDS = ("v2_architectures",)
 A = TypeVar("A", bound=Axis)
+T = TypeVar("T")
 REGENERATE = "regenerate it with `nox -s report`, or pass --matrix PATH"
 
 
@@ -156,18 +165,30 @@ class Release:
     vllm: str
     number: tuple[int, ...]
     default_runners: Mapping[ModelClass, Runner]  # the runner vLLM picks with the variable unset; absent: not said
-    cells: tuple[CellEntry, ...]
+    # By cell id, each read and checked when the answer needs it: the doctor answers from one cell (two where
+    # vLLM cannot read a WSL2 kernel's version), not from a release's 24.
+    cells: Mapping[str, Callable[[], CellEntry]]
     # Per GPU stack (the list is the platform's); None: the release does not pick by architecture.
     v2_architectures: Mapping[Stack, V2Architectures] | None = None
 
     def entry(self, cell: Cell) -> CellEntry | None:
-        return next((e for e in self.cells if e.cell == cell), None)
+        read = self.cells.get(cell.id)
+        return read() if read is not None else None
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A release as the matrix lists it: its number, and how to read its answers (``read``) once it is chosen."""
+
+    vllm: str
+    number: tuple[int, ...]
+    read: Callable[[], Release]
 
 
 @dataclass(frozen=True)
 class Published:
     name: str  # how messages name the file
-    releases: tuple[Release, ...]  # newest first
+    releases: tuple[Listed, ...]  # newest first
     generated_at: str = ""  # when the report was made, as written ("" where the file does not say)
     kit_commit: str = ""  # the kit that made it
 
@@ -227,9 +248,10 @@ def _verdict(obj: Any, question: Question, where: str) -> QuestionVerdict:
     )
 
 
-def _cell(obj: Any, where: str) -> CellEntry:
-    cell_id = _get(obj, "id", str, where)
+def _cell(obj: Any, cell_id: str, where: str) -> CellEntry:
     here = f"{where} cell {cell_id}"
+    if not isinstance(obj, dict):
+        raise _ShapeError(f"{here} is not an object")
     try:
         cell = Cell.parse(cell_id)
     except MatrixError as exc:
@@ -262,12 +284,17 @@ def _gpu(cell: Any) -> str:
     return source if first.get("kind") in _GPU_KINDS and isinstance(source, str) else ""
 
 
-def _release(obj: Any) -> Release:
-    vllm = _get(obj, "vllm", str, "a version")
-    where = f"version {vllm}"
+def _number(vllm: str, where: str) -> tuple[int, ...]:
     number = release_number(vllm)
     if number is None:
         raise _ShapeError(f"{where} is not a release number")
+    return number
+
+
+def _release(obj: Any, vllm: str, number: tuple[int, ...], cells: Mapping[str, Callable[[], CellEntry]]) -> Release:
+    where = f"version {vllm}"
+    if not isinstance(obj, dict):
+        raise _ShapeError(f"{where} is not an object")
     # Per model class; a matrix made before the kit asked per model says default_runner alone, of no model.
     runners = obj.get("default_runners", {ModelClass.DENSE.value: obj.get("default_runner")})
     if not isinstance(runners, dict) or not all(r is None or isinstance(r, str) for r in runners.values()):
@@ -280,7 +307,7 @@ def _release(obj: Any) -> Release:
             for kind, runner in runners.items()
             if runner is not None
         },
-        tuple(_cell(cell, where) for cell in _get(obj, "cells", list, where)),
+        cells,
         _architectures(obj.get("v2_architectures"), where),
     )
 
@@ -316,12 +343,93 @@ def _stack_architectures(obj: Any, here: str) -> V2Architectures:
     )
 
 
+def _checked(name: str, read: Callable[[], T]) -> Callable[[], T]:
+    """``read``, raising a departure from the shape the doctor reads as the one line a person is given."""
+
+    def checked() -> T:
+        try:
+            return read()
+        except _ShapeError as exc:
+            raise MatrixError(f"{name} is not a compat.json the doctor can read ({exc}): {REGENERATE}") from None
+
+    return checked
+
+
+def _given(value: T) -> Callable[[], T]:
+    return lambda: value
+
+
+def _whole(document: Any) -> tuple[Listed, ...]:
+    """The releases of a compat.json (or of a doctor's part in its layout before, ``DOCTOR_SCHEMA_WHOLE``): decoded
+    whole, so read and checked whole, as the doctor always read them."""
+
+    def listed(version: Any) -> Listed:
+        vllm = _get(version, "vllm", str, "a version")
+        where, number = f"version {vllm}", _number(vllm, f"version {vllm}")
+        cells = {}
+        for cell in _get(version, "cells", list, where):
+            cell_id = _get(cell, "id", str, where)
+            cells[cell_id] = _given(_cell(cell, cell_id, where))
+        return Listed(vllm, number, _given(_release(version, vllm, number, cells)))
+
+    return tuple(listed(version) for version in _get(document, "versions", list, "the document"))
+
+
+def _by_line(index: dict[str, Any], lines: list[bytes], name: str) -> tuple[Listed, ...]:
+    """The releases the index (line 1) lists; each release's line and its cells' lines are decoded only when the
+    answer asks for them."""
+
+    def value(at: int) -> Any:
+        # The writer's layout: "[" before the first value, "," after each but the last, "]" after that one.
+        if at >= len(lines):
+            raise _ShapeError(f"it ends before line {at + 1}")
+        try:
+            return parse(lines[at][1 if at == 0 else 0 : -1])
+        except MatrixError as exc:
+            raise _ShapeError(f"line {at + 1} cannot be read ({exc})") from None
+
+    def cell(at: int, cell_id: str, where: str) -> CellEntry:
+        return _cell(value(at), cell_id, where)
+
+    def release(at: int, vllm: str, number: tuple[int, ...], cells: Mapping[str, Callable[[], CellEntry]]) -> Release:
+        obj = value(at)
+        if _get(obj, "vllm", str, f"line {at + 1}") != vllm:
+            raise _ShapeError(f"line {at + 1} is not version {vllm}'s, which the index places there")
+        return _release(obj, vllm, number, cells)
+
+    found, at = [], 1
+    for version in _get(index, "versions", list, "the index"):
+        vllm = _get(version, "vllm", str, "a version")
+        where, number = f"version {vllm}", _number(vllm, f"version {vllm}")
+        ids = _get(version, "cells", list, where)
+        if not all(isinstance(cell_id, str) for cell_id in ids):
+            raise _ShapeError(f"{where} has cells that are not cell ids")
+        cells = {cell_id: _checked(name, partial(cell, at + 1 + i, cell_id, where)) for i, cell_id in enumerate(ids)}
+        found.append(Listed(vllm, number, _checked(name, partial(release, at, vllm, number, cells))))
+        at += 1 + len(ids)
+    return tuple(found)
+
+
 def read_published(path: Path, name: str) -> Published:
     """The file at ``path`` (``name`` in messages), a compat.json or its doctor's part, or one line saying what is
-    wrong with it and what to do."""
-    document = read_record(path, (COMPAT_SCHEMA, DOCTOR_SCHEMA), name, "a compat.json", REGENERATE)
+    wrong with it and what to do. Of the doctor's part (one value per line, ``doctor_part``) only the index is read
+    here; a release's answers are read, and checked, when the answer needs them."""
+    if not path.exists():
+        raise MatrixError(f"{name} does not exist: {REGENERATE}")
     try:
-        releases = tuple(_release(version) for version in _get(document, "versions", list, "the document"))
+        data = read_input(path)
+    except InputFileError as exc:
+        raise MatrixError(f"{name} is {exc}: {REGENERATE}") from None
+    lines = data.split(b"\n") if data.startswith(b"[") else []
+    try:
+        document = parse(lines[0][1:-1] if lines else data)
+    except MatrixError as exc:
+        raise MatrixError(f"{name} cannot be read ({exc}): {REGENERATE}") from None
+    schemas = (COMPAT_SCHEMA, DOCTOR_SCHEMA_WHOLE) if not lines else (DOCTOR_SCHEMA,)
+    if not isinstance(document, dict) or document.get("schema") not in schemas:
+        raise MatrixError(f"{name} is not a compat.json (schema {' or '.join(schemas)}): {REGENERATE}")
+    try:
+        releases = _by_line(document, lines, name) if lines else _whole(document)
     except _ShapeError as exc:
         raise MatrixError(f"{name} is not a compat.json the doctor can read ({exc}): {REGENERATE}") from None
     if not releases:
@@ -348,38 +456,45 @@ def _doctor_verdict(verdict: dict[str, Any]) -> dict[str, Any]:
     return part
 
 
-def doctor_part(document: dict[str, Any]) -> dict[str, Any]:
-    """Of a compat.json the kit wrote, what the doctor reads: about 3% of it (the cases stay in compat.json)."""
-    return {
+def doctor_part(document: dict[str, Any]) -> list[Any]:
+    """Of a compat.json the kit wrote, what the doctor reads (about 3% of it; the cases stay in compat.json), as
+    the values ``write_packaged`` puts one per line: the index of releases and their cells' ids, then each release
+    (its default runners, its runners per architecture) followed by its cells, in the index's order."""
+    versions = document["versions"]
+    index = {
         "schema": DOCTOR_SCHEMA,
         "generated_at": document["generated_at"],
         "kit_commit": document["kit_commit"],
         "versions": [
+            {"vllm": version["vllm"], "cells": [cell["id"] for cell in version["cells"]]} for version in versions
+        ],
+    }
+    values: list[Any] = [index]
+    for version in versions:
+        values.append(
             {
                 "vllm": version["vllm"],
                 "default_runners": version["default_runners"],
                 **{key: version[key] for key in _RELEASE_NEWER_FIELDS if key in version},
-                "cells": [
-                    {
-                        **{key: cell[key] for key in _CELL_FIELDS if key != "verdicts"},
-                        "gpu": _gpu(cell),
-                        "verdicts": {
-                            question: _doctor_verdict(verdict) for question, verdict in cell["verdicts"].items()
-                        },
-                    }
-                    for cell in version["cells"]
-                ],
             }
-            for version in document["versions"]
-        ],
-    }
+        )
+        values += [
+            {
+                **{key: cell[key] for key in _CELL_FIELDS if key != "verdicts"},
+                "gpu": _gpu(cell),
+                "verdicts": {question: _doctor_verdict(verdict) for question, verdict in cell["verdicts"].items()},
+            }
+            for cell in version["cells"]
+        ]
+    return values
 
 
 def write_packaged(compat: Path, out: Path = PACKAGED) -> Path:
-    """``out`` holding the doctor's part of the compat.json at ``compat`` (the published one, by ``nox -s publish``)."""
+    """``out`` holding the doctor's part of the compat.json at ``compat`` (the published one, by ``nox -s publish``):
+    a JSON array with one value on each line, so that the doctor decodes the index and the lines it answers from."""
     document = read_record(compat, COMPAT_SCHEMA, str(compat), "a compat.json", REGENERATE)
-    data = json.dumps(doctor_part(document), separators=(",", ":"), ensure_ascii=False) + "\n"
-    return write_file(out.parent, out.name, data.encode())
+    values = [json.dumps(value, separators=(",", ":"), ensure_ascii=False) for value in doctor_part(document)]
+    return write_file(out.parent, out.name, ("[" + ",\n".join(values) + "]\n").encode())
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

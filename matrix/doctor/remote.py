@@ -12,16 +12,13 @@ read as any other ``--matrix`` file.
 
 from __future__ import annotations
 
-import http.client
-import queue
-import socket
-import threading
-import urllib.error
-import urllib.request
-import zlib
 from collections.abc import Callable
 
 from matrix.errors import MatrixError
+
+# The network's modules (urllib.request, http.client, ssl: a third of the doctor's own start) are imported by
+# the functions that fetch: the doctor imports this module for --matrix's help and is_url, and most runs fetch
+# nothing.
 
 MIB = 1 << 20
 # The published compat.json of 13 releases is 9 MiB and each release adds under 1 MiB.
@@ -54,6 +51,9 @@ def fetch(url: str, limit: int = LIMIT, timeout: float = TIMEOUT, deadline: floa
 def _within(deadline: float, read: Callable[[], bytes]) -> bytes:
     """What ``read`` returns or raises, if it ends within ``deadline`` seconds; else FetchError. The reader left
     behind is a daemon thread: the doctor ends at once with the error, and the connection with it."""
+    import queue
+    import threading
+
     done: queue.Queue[tuple[bytes, None] | tuple[None, BaseException]] = queue.Queue(maxsize=1)
 
     def run() -> None:
@@ -74,6 +74,11 @@ def _within(deadline: float, read: Callable[[], bytes]) -> bytes:
 
 
 def _read(url: str, limit: int, timeout: float) -> bytes:
+    import http.client
+    import socket
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(url, headers={"User-Agent": "wslpin-doctor", "Accept-Encoding": "gzip"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) only: is_url
@@ -115,6 +120,8 @@ def _unpacked(body: bytes, encoding: str, limit: int) -> bytes:
         raise FetchError(f"it sent the matrix packed as {encoding!r}, which the doctor cannot unpack (ask for gzip)")
     if encoding in ("", "identity") and not body.startswith(_GZIP_MAGIC):
         return body
+    import zlib
+
     unpacking = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
         data = unpacking.decompress(body, limit + 1)

@@ -7,18 +7,19 @@ collection time and this Python's version.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
-import hashlib
 import json
 import platform
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from matrix.cells import WSL2_PIN_KERNEL, Host, Stack
+
+# The doctor decides the host and the stack here on a bare Python, at little more than its start
+# (benchmarks/bench_doctor.py): what only the environment record needs (hashlib, datetime, urllib.parse) is
+# imported by the functions that make it.
 
 ENV_SCHEMA = "wslpin-kit.env/1"
 
@@ -44,8 +45,10 @@ SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSW", "PASSPHRASE", "CREDENTIAL",
 SECRET_PARTS = frozenset({"PAT", "PASS", "PWD"})
 REDACTED = "<redacted>"
 
+# The patterns of what a record leaves out are compiled where they are first used (re keeps them), not when the
+# doctor imports this module to read the host: ten of them cost it 2 ms.
 # Values that are credentials by their shape, whatever the variable is called: the record is a CI artifact.
-TOKEN_SHAPES = re.compile(
+TOKEN_SHAPES = (
     r"\b(?:"
     r"gh[pousr]_[A-Za-z0-9]{20,}"  # GitHub tokens
     r"|github_pat_[A-Za-z0-9_]{20,}"
@@ -60,7 +63,7 @@ TOKEN_SHAPES = re.compile(
     r")"
 )
 # Credentials by their place in a value: after an authorisation scheme, a password-like option or a key=.
-SECRET_AFTER = re.compile(
+SECRET_AFTER = (
     r"(?i)("
     r"\b(?:bearer|basic|token)\s+"
     r"|--?(?:[a-z0-9]+[-_])*(?:password|passwd|pass|passphrase|secret|token|api[-_]?key|auth)(?:=|\s+)"
@@ -70,29 +73,29 @@ SECRET_AFTER = re.compile(
 # A long run of base64 is a key when its letters change case as often as random ones do (model
 # names and paths change case at word starts only). Hex is not: the commits, digests and GPU
 # UUIDs that vLLM, torch and CUDA variables hold are hex, and worth keeping.
-KEY_RUN = re.compile(r"[A-Za-z0-9+/_-]{32,}={0,2}")
+KEY_RUN = r"[A-Za-z0-9+/_-]{32,}={0,2}"
 KEY_CASE_CHANGES = 0.3
-URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
-QUERY_VALUE = re.compile(r"([^&;=]+)=([^&;]*)")
+URL = r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+"
+QUERY_VALUE = r"([^&;=]+)=([^&;]*)"
 # A person's home: its name is the user's, and everything under it is theirs. Windows' own, seen from WSL
 # (/mnt/c/Users/...), and a distribution's, seen from Windows (\\wsl$\<distro>\home\...), are homes too.
-HOME_PATHS = re.compile(
+HOME_PATHS = (
     r"(?:(?:/mnt/[A-Za-z])?/Users/[^/\s:;]+|/root|[A-Za-z]:\\Users\\[^\\\s;]+"
     r"|(?:[/\\]{2}wsl(?:\$|\.localhost)[/\\][^/\\\s:;]+)?[/\\]home[/\\][^/\\\s:;]+)(?=[/\\\s:;]|$)"
 )
 # A WSL distribution, named as Windows reaches its files: the user named it.
-WSL_SHARE = re.compile(r"([/\\]{2}wsl(?:\$|\.localhost)[/\\])[^/\\\s:;]+")
-EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+WSL_SHARE = r"([/\\]{2}wsl(?:\$|\.localhost)[/\\])[^/\\\s:;]+"
+EMAIL = r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
 # Addresses of a private network say where a user works; loopback and public ones say nothing of them (and a
 # public one is not told from a version: 6.6.87.2 is a kernel).
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-PRIVATE_IP = re.compile(
+PRIVATE_IP = (
     rf"(?<![\w.])(?:10(?:\.{_OCTET}){{3}}|(?:172\.(?:1[6-9]|2\d|3[01])|192\.168|100\.(?:6[4-9]|[7-9]\d|1[01]\d|12[0-7])"
     rf"|169\.254)(?:\.{_OCTET}){{2}})(?![\w-]|\.\d)"
     r"|(?i:(?<![\w:.])(?:f[cd][0-9a-f]{2}|fe[89ab][0-9a-f])(?::[0-9a-f]{0,4}){2,7}(?:%[\w.-]+)?(?![\w:]))"
 )
 # A URL's path segment holding a run as random as a key (a webhook's or a bot's token); not hex, which is a commit.
-SEGMENT_RUN = re.compile(r"[A-Za-z0-9]{16,}")
+SEGMENT_RUN = r"[A-Za-z0-9]{16,}"
 SEGMENT_CHANGES = 0.3
 # A name of the machine or its user is kept out from this length on wherever it is a word, any shorter one only
 # where it is a whole part of a path: a user named "ai" must not take "main" or "cuda" with it.
@@ -249,7 +252,7 @@ def _key_like(run: str) -> bool:
 def _token_segment(segment: str) -> bool:
     """Whether a URL's path segment holds a run of letters and digits that change kind as often as random ones do
     (words, versions and model names change at their parts' starts only); hex never (commits, digests)."""
-    for run in SEGMENT_RUN.findall(segment):
+    for run in re.findall(SEGMENT_RUN, segment):
         if re.fullmatch(r"[0-9a-fA-F]+", run) or not (re.search("[A-Za-z]", run) and re.search("[0-9]", run)):
             continue
         kinds = ["d" if c.isdigit() else "u" if c.isupper() else "l" for c in run]
@@ -261,6 +264,8 @@ def _token_segment(segment: str) -> bool:
 def _redact_url(url: str) -> str:
     """The URL's scheme, host and path; its user, password, every query or fragment value and every path segment
     holding a token (a webhook's, a bot's) replaced."""
+    from urllib.parse import urlsplit
+
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -268,8 +273,8 @@ def _redact_url(url: str) -> str:
     host = parts.netloc.rpartition("@")[2]
     netloc = f"{REDACTED}@{host}" if "@" in parts.netloc else host
     path = "/".join(REDACTED if _token_segment(segment) else segment for segment in parts.path.split("/"))
-    query = QUERY_VALUE.sub(rf"\1={REDACTED}", parts.query)
-    fragment = QUERY_VALUE.sub(rf"\1={REDACTED}", parts.fragment)
+    query = re.sub(QUERY_VALUE, rf"\1={REDACTED}", parts.query)
+    fragment = re.sub(QUERY_VALUE, rf"\1={REDACTED}", parts.fragment)
     return (
         f"{parts.scheme}://{netloc}{path}"
         + (f"?{query}" if "?" in url else "")
@@ -357,15 +362,15 @@ def scrub(value: str, known: Names = Names()) -> str:
     """A value fit for a public record: credentials, e-mail and private network addresses by their shape replaced,
     a home directory shown as ``~``, a WSL distribution reached from Windows as ``<distro>``; and each of ``known``
     (this machine's names, besides the usual places of a home) replaced by its placeholder."""
-    value = URL.sub(lambda m: _redact_url(m.group()), value)
-    value = SECRET_AFTER.sub(lambda m: m.group(1) + REDACTED, value)
-    value = TOKEN_SHAPES.sub(REDACTED, value)
-    value = KEY_RUN.sub(lambda m: REDACTED if _key_like(m.group()) else m.group(), value)
-    value = EMAIL.sub("<email>", value)
+    value = re.sub(URL, lambda m: _redact_url(m.group()), value)
+    value = re.sub(SECRET_AFTER, lambda m: m.group(1) + REDACTED, value)
+    value = re.sub(TOKEN_SHAPES, REDACTED, value)
+    value = re.sub(KEY_RUN, lambda m: REDACTED if _key_like(m.group()) else m.group(), value)
+    value = re.sub(EMAIL, "<email>", value)
     for home in known.homes:
         value = re.sub(re.escape(home) + r"(?=[/\\\s:;]|$)", "~", value)
-    value = WSL_SHARE.sub(r"\1<distro>", HOME_PATHS.sub("~", value))
-    value = PRIVATE_IP.sub("<ip>", value)
+    value = re.sub(WSL_SHARE, r"\1<distro>", re.sub(HOME_PATHS, "~", value))
+    value = re.sub(PRIVATE_IP, "<ip>", value)
     literal = _literal_names(known)
     return literal.sub(lambda m: f"<{m.lastgroup}>", value) if literal else value
 
@@ -438,11 +443,15 @@ def environment_record(facts: HostFacts, pinned_allocation: dict | None = None) 
     body = {key: scrubbed(value, homes) for key, value in body.items()}
     body["environment"] = redact(facts.environ)
     body["env_hash"] = environment_hash(body)
+    import datetime as dt
+
     return {"collected_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), **body}
 
 
 def environment_hash(record: dict) -> str:
     """A short hash of what was collected, stable across collection times."""
+    import hashlib
+
     stable = {k: v for k, v in record.items() if k not in ("collected_at", "env_hash")}
     digest = hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()
     return digest[:16]

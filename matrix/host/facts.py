@@ -7,24 +7,24 @@ builds are read from package metadata and ``torch/version.py``.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import os
 import platform
 import re
-import selectors
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
-from importlib import metadata
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from matrix.host import reads
 from matrix.host.classify import Gpu, HostFacts, Names, detect, environment_record, names_of
+
+# The doctor reads this machine through collect_facts on a bare Python, and costs little more than its start
+# (benchmarks/bench_doctor.py): what only a tool that is there needs (subprocess, selectors), and what only other
+# commands need (socket, ast), is imported where it is used; package metadata is read without importlib.metadata.
 
 # WSL keeps the Windows-side tools here; they are not always on PATH.
 WSL_LIB = "/usr/lib/wsl/lib"
@@ -42,6 +42,10 @@ def _run(argv: list[str], timeout: float = TOOL_TIMEOUT, limit: int = TOOL_OUTPU
     It runs in a process group of its own, killed whole when it is given up on: a tool that leaves a child
     holding its output would otherwise keep the reader waiting, and the child running.
     """
+    import selectors
+    import signal
+    import subprocess
+
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
@@ -122,11 +126,80 @@ def _amd_gpus(amd_smi: str | None, rocm_smi: str | None) -> tuple[Gpu, ...]:
     return ()
 
 
+@dataclass(frozen=True)
+class Installed:
+    """A distribution installed where this Python finds it: its metadata folder (``*.dist-info``, ``*.egg-info``)."""
+
+    folder: Path
+    version: str | None  # its metadata's Version; None where it has none
+    requires: tuple[str, ...]  # its Requires-Dist lines
+
+    def read_text(self, name: str) -> str | None:
+        """The folder's file ``name``; None where it cannot be read."""
+        try:
+            return (self.folder / name).read_text(encoding="utf-8")
+        except OSError:
+            return None
+
+    def locate_file(self, name: str) -> Path:
+        """A file of the distribution, relative to the folder its metadata folder is in (site-packages)."""
+        return self.folder.parent / name
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
+
+
+def installed(name: str, path: Sequence[str] | None = None) -> Installed | None:
+    """The distribution ``name`` that importlib.metadata.distribution would give, or None where none is installed.
+
+    Read without importing importlib.metadata, which brings email, zipfile and csv: a third of the doctor's own
+    start. The same search as its path finder: each entry of ``path`` (sys.path) in turn, the first folder in it
+    named ``<name>-<version>.dist-info`` or ``.egg-info`` (the name as packaging normalizes it), its METADATA (or
+    PKG-INFO) read for Version and Requires-Dist. Zipped eggs, which no installer of vLLM or torch writes, are not
+    searched. tests/kit/test_installed.py holds it equal to importlib.metadata for every package installed there.
+    """
+    wanted = _normalized(name)
+    for entry in sys.path if path is None else path:
+        try:
+            children = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for child in children:
+            low = child.lower()
+            if (
+                low.endswith((".dist-info", ".egg-info"))
+                and _normalized(low.rpartition(".")[0].partition("-")[0]) == wanted
+            ):
+                return _installed(Path(entry or ".", child))
+    return None
+
+
+def _installed(folder: Path) -> Installed:
+    found = Installed(folder, None, ())
+    text = found.read_text("METADATA") or found.read_text("PKG-INFO") or ""
+    version, requires = None, []
+    # Its headers, up to the first empty line (the description follows): the first Version, every Requires-Dist.
+    # A line that starts with white space continues the header before it (a License's paragraphs).
+    for line in text.splitlines():
+        if not line:
+            break
+        if line[0] in " \t":
+            continue
+        key, _, value = line.partition(":")
+        if key.lower() == "version" and version is None:
+            version = value.strip()
+        elif key.lower() == "requires-dist":
+            requires.append(value.strip())
+    return Installed(folder, version, tuple(requires))
+
+
 def torch_info() -> dict[str, str | None] | None:
     """torch's version and build, read from its files without importing it."""
-    try:
-        dist = metadata.distribution("torch")
-    except metadata.PackageNotFoundError:
+    import ast
+
+    dist = installed("torch")
+    if dist is None:
         return None
     info: dict[str, str | None] = {"version": dist.version, "cuda": None, "hip": None, "git_version": None}
     try:
@@ -143,9 +216,8 @@ def torch_info() -> dict[str, str | None] | None:
 
 
 def vllm_info() -> dict[str, str | None] | None:
-    try:
-        dist = metadata.distribution("vllm")
-    except metadata.PackageNotFoundError:
+    dist = installed("vllm")
+    if dist is None:
         return None
     commit = None
     try:
@@ -157,12 +229,12 @@ def vllm_info() -> dict[str, str | None] | None:
     return {
         "version": dist.version,
         "commit": commit,
-        "requires_torch": _torch_requirement(dist.requires or []),
+        "requires_torch": _torch_requirement(list(dist.requires)),
         "source": _direct_url(dist),
     }
 
 
-def _direct_url(dist: metadata.Distribution) -> str | None:
+def _direct_url(dist: Installed) -> str | None:
     """Where a vLLM not installed from an index came from (a wheel file, a source checkout), as PEP 610 records it."""
     try:
         url = json.loads(dist.read_text("direct_url.json") or "null")
@@ -214,6 +286,8 @@ _PIN_CHECK = (
 
 def check_pinned_allocation(python: str = sys.executable) -> dict:
     """Try a 1 MiB pinned allocation with torch, in a child process (never imported here)."""
+    import subprocess
+
     try:
         done = subprocess.run([python, "-c", _PIN_CHECK], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -239,6 +313,8 @@ PUBLISHED_OUTPUTS = ("docs/matrix", "docs/evidence", "matrix/doctor/matrix.json"
 def kit_commit() -> str:
     """The kit's git commit (short), marked +dirty when tracked files changed; results name it."""
 
+    import subprocess
+
     def git(*argv: str) -> str:
         root = Path(__file__).resolve().parents[2]
         done = subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True, check=False)
@@ -263,4 +339,6 @@ def names_here() -> Names:
     """What names this machine and its user (``matrix.host.classify.Names``): its environment, its node name and
     its fully qualified one. None of it is for what a user sends the kit."""
     reads.record("names_here: the environment, the node name and the fully qualified domain name")
+    import socket
+
     return names_of(os.environ, (platform.node(), socket.getfqdn()))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -76,7 +75,7 @@ def write_file(directory: Path, name: str, data: bytes) -> Path:
     """``directory/name`` holding ``data``, whatever was at that name before (a link included)."""
     if directory.is_symlink():
         raise MatrixError(f"{directory} is a symbolic link: results are written only into a real directory; remove it")
-    partial = f".{name}.{secrets.token_hex(8)}.partial"
+    partial = f".{name}.{os.urandom(8).hex()}.partial"  # secrets.token_hex's bytes, without importing hashlib
     try:
         directory.mkdir(parents=True, exist_ok=True)
         folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -89,6 +89,60 @@ def test_the_package_carries_the_published_matrixs_doctor_part_within_its_budget
     assert [r.vllm for r in table.releases] == [v["vllm"] for v in document["versions"]]
 
 
+def every_answer(table: published.Published) -> dict:
+    """Each release's default runners, runners per architecture and every cell's entry, read from ``table``."""
+    answers = {}
+    for listed in table.releases:
+        release = listed.read()
+        cells = {cell_id: read() for cell_id, read in release.cells.items()}
+        answers[release.vllm] = (release.default_runners, release.v2_architectures, cells)
+    return answers
+
+
+def test_the_carried_matrix_gives_the_answers_of_the_compat_json_and_of_its_layout_before(tmp_path):
+    packaged = published.read_published(published.PACKAGED, "packaged")
+    whole = published.read_published(COMPAT, "compat.json")
+    # The layout before: one document, each release's cells in it with their ids (``--matrix`` reads it whole).
+    index, *values = json.loads(published.PACKAGED.read_bytes())
+    before, at = [], 0
+    for version in index["versions"]:
+        release, cells = values[at], values[at + 1 : at + 1 + len(version["cells"])]
+        before.append(
+            {**release, "cells": [{"id": i, **cell} for i, cell in zip(version["cells"], cells, strict=True)]}
+        )
+        at += 1 + len(cells)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**index, "schema": published.DOCTOR_SCHEMA_WHOLE, "versions": before}))
+    answers = every_answer(packaged)
+    assert len(answers) == len(index["versions"]) and all(len(cells) == 24 for _, _, cells in answers.values())
+    assert every_answer(published.read_published(old, "old")) == answers == every_answer(whole)
+
+
+def test_the_carried_matrix_is_read_only_where_it_answers(tmp_path):
+    lines = published.PACKAGED.read_bytes().split(b"\n")
+    index = json.loads(lines[0][1:-1])
+    newest, oldest = index["versions"][0], index["versions"][-1]
+    # The file ends with a newline: its last value is on the line before the last. The oldest release's line and
+    # its cells' lines are the last ones; the newest's first cell is on line 3, after the index and its release.
+    first = len(lines) - 2 - len(oldest["cells"])
+    assert json.loads(lines[first][:-1])["vllm"] == oldest["vllm"]
+    lines[first:-1] = [b"{not json,"] * (len(lines) - 1 - first)
+    lines[2] = b"{not json either,"
+    broken = tmp_path / "matrix.json"
+    broken.write_bytes(b"\n".join(lines))
+    table = published.read_published(broken, "broken")
+    carried = published.read_published(published.PACKAGED, "carried").releases[0].read()
+    release = table.releases[0].read()
+    assert release.vllm == newest["vllm"] and release.default_runners == carried.default_runners
+    for cell_id in newest["cells"][1:]:
+        assert release.cells[cell_id]() == carried.cells[cell_id]()
+    for read, line in ((release.cells[newest["cells"][0]], 3), (table.releases[-1].read, first + 1)):
+        with pytest.raises(MatrixError) as refused:
+            read()
+        assert str(refused.value).startswith(f"broken is not a compat.json the doctor can read (line {line} cannot")
+        assert str(refused.value).endswith(published.REGENERATE) and "\n" not in str(refused.value)
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """The kit's wheel, built here offline with its own build backend."""

@@ -99,3 +99,53 @@ def test_the_doctor_answers_with_nothing_but_the_standard_library_and_the_kit(tm
     done = run_module("matrix", "doctor", "--stack", "cuda", "--matrix", str(compat), env={"PYTHONPATH": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert "check it here: nox -s" in done.stdout
+
+
+# Written into a `sitecustomize` on PYTHONPATH: every module the process imported, when it ends.
+IMPORTED = """
+import atexit
+import sys
+
+
+def _write():
+    with open({out!r}, "w") as out:
+        out.write("\\n".join(sorted(sys.modules)))
+
+
+atexit.register(_write)
+"""
+# What only --matrix URL needs (the network), and what reading package metadata through importlib would bring.
+FETCHING = ("urllib.request", "http.client", "ssl", "socket", "queue")
+METADATA = ("importlib.metadata", "email", "zipfile", "csv")
+ASKED = ("--stack", "cuda", "--kernel", "5.15.167.4-microsoft-standard-WSL2", "--vllm", "0.33.0")
+
+
+def imported(tmp_path, *args: str) -> set[str]:
+    """The modules ``python -m matrix ARGS`` (``-c pass`` without ARGS) imports, read from the process itself."""
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    out = tmp_path / "modules.txt"
+    (hook / "sitecustomize.py").write_text(IMPORTED.format(out=str(out)))
+    command = ["-m", "matrix", *args] if args else ["-c", "pass"]
+    done = subprocess.run(
+        [sys.executable, *command],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(hook)},
+        capture_output=True,
+        text=True,
+    )
+    assert out.exists(), done.stderr
+    return set(out.read_text().split())
+
+
+@pytest.mark.reads_host
+def test_the_doctor_imports_the_network_and_package_metadata_only_for_the_flags_that_need_them(tmp_path):
+    bare = imported(tmp_path)  # what this interpreter's own start imports is no cost of the doctor's
+    answering = imported(tmp_path, "doctor", *ASKED) - bare
+    assert "matrix.doctor.answer" in answering
+    assert not answering & {*FETCHING, *METADATA}, sorted(answering & {*FETCHING, *METADATA})
+    # Neither does another machine's set-up, read from a file, nor its own this machine's env record.
+    assert not {"matrix.doctor.collected", "matrix.host.record"} & answering
+    # Asked for a URL (nothing listens on the discard port), the doctor brings the network in, and only then.
+    fetching = imported(tmp_path, "doctor", *ASKED, "--matrix", "http://127.0.0.1:9/compat.json") - bare
+    assert {"urllib.request", "http.client"} <= fetching
