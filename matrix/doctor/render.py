@@ -24,15 +24,10 @@ from matrix.doctor.answer import (
 from matrix.doctor.published import REGENERATE, Kind
 from matrix.questions import MODEL_CLASS_WORDS, Level, Question, Verdict
 from matrix.text.visible import visible
-from matrix.text.words import question_name
+from matrix.text.words import HOST_NAMES, question_name
 from matrix.variables import OPT_IN, PIN_MEMORY, V2_MODEL_RUNNER
 
 _GATE = ".".join(map(str, WSL2_PIN_KERNEL))
-HOST_WORDS = {
-    Host.LINUX: "native Linux",
-    Host.WSL2OLD: f"WSL2, kernel below {_GATE}",
-    Host.WSL2NEW: f"WSL2, kernel {_GATE} or later",
-}
 # Under the kernel line: where vLLM's reading of the uname, which the doctor answers for, is not what a person reads.
 HOST_NOTES = {
     HostNote.NONE: (),
@@ -96,7 +91,7 @@ def _shown(value: str) -> str:
 def _how_known(a: Answer) -> str:
     """How the answer is known, by the weakest level of its verdicts: the line it leads with. Where the verdicts
     rest on different levels it says so: a GPU's answer to one question is never hidden behind "no GPU has run"."""
-    vllm, host = a.release.vllm, HOST_WORDS[a.setup.host]
+    vllm, host = a.release.vllm, HOST_NAMES[a.setup.host]
     gpu = a.entry.gpu or "a GPU"
     levels = sorted({v.level for v in a.shown}, reverse=True)
     if len(levels) > 1:
@@ -117,7 +112,7 @@ def _how_known(a: Answer) -> str:
 
 def _kernel_words(a: Answer) -> str:
     s = a.setup
-    read = f"WSL1, which vLLM reads as {HOST_WORDS[s.host]}" if s.host_note is HostNote.WSL1 else HOST_WORDS[s.host]
+    read = f"WSL1, which vLLM reads as {HOST_NAMES[s.host]}" if s.host_note is HostNote.WSL1 else HOST_NAMES[s.host]
     if s.kernel.source is Source.FLAG:
         return f"{s.kernel.value}: {read} (--kernel)"
     if s.kernel_read:

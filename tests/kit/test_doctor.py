@@ -22,10 +22,11 @@ from builders import CUDA_NEW_KERNEL, CUDA_OLD_KERNEL, answered, clean_env, doct
 from compat_file import DEFAULT_RUNNERS, compat_document, write_compat
 from conftest import ROOT
 
-from matrix.cells import CELLS, WSL2_PIN_KERNEL, Host
+from matrix.cells import CELLS, Host
 from matrix.doctor.published import release_number
 from matrix.host.facts import WSL_LIB
 from matrix.questions import Question
+from matrix.text.words import HOST_NAMES
 from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
 
 KEYS = {
@@ -96,8 +97,7 @@ def test_an_emulated_wsl2_cuda_machine_gets_its_cell_and_says_what_it_read(compa
     assert got["cell"] == f"cuda-wsl2new-{runner}-graph" and got["vllm"] == release
     assert got["asked"]["kernel"] == Host.WSL2NEW.emulated_release and got["asked"]["host"] == "wsl2new"
     text = doctor("--matrix", str(compat), env=env).stdout
-    gate = ".".join(map(str, WSL2_PIN_KERNEL))
-    assert f"{Host.WSL2NEW.emulated_release}: WSL2, kernel {gate} or later (uname)" in text
+    assert f"{Host.WSL2NEW.emulated_release}: {HOST_NAMES[Host.WSL2NEW]} (uname)" in text
     assert "cuda (nvidia-smi lists 1 GPU(s))" in text
     assert f"{PIN_MEMORY.name} is unset here" in text
     assert f'check it here: nox -s "cell(cuda, wsl2new, {runner}, graph)" -- --vllm {release}' in text
@@ -399,10 +399,10 @@ def test_the_host_is_vllms_reading_of_the_uname_and_where_a_person_would_read_it
     got = answered(doctor("--json", *flags, "--kernel", "5.15.0rc1-microsoft-standard-WSL2", env=clean_env()))
     assert (got["cell"], got["asked"]["host_note"]) == ("cuda-wsl2old-v2-graph", "version-unreadable")
     text = printed(doctor(*flags, "--kernel", "5.15.0rc1-microsoft-standard-WSL2", env=clean_env()))
-    assert "kernel     5.15.0rc1-microsoft-standard-WSL2: WSL2, kernel below 4.19.121 (--kernel)\n" in text
+    assert f"kernel     5.15.0rc1-microsoft-standard-WSL2: {HOST_NAMES[Host.WSL2OLD]} (--kernel)\n" in text
     assert "\n           vLLM cannot read this version (int() of each of its first three parts)" in text
     text = printed(doctor(*flags, "--kernel", "4.4.0-19041-Microsoft", env=clean_env()))
-    assert "4.4.0-19041-Microsoft: WSL1, which vLLM reads as WSL2, kernel below 4.19.121 (--kernel)" in text
+    assert f"4.4.0-19041-Microsoft: WSL1, which vLLM reads as {HOST_NAMES[Host.WSL2OLD]} (--kernel)" in text
     assert "no GPU reaches WSL1: convert the distribution with `wsl --set-version <distro> 2`" in text
     # This machine with a custom kernel's uname and WSL's variable: vLLM reads the uname, so native Linux.
     machine = _machine_with_uname(tmp_path, "box", "6.6.87-custom")

@@ -284,7 +284,7 @@ def test_the_installed_doctor_answers_for_a_pasted_collect_env(doctor, pasted, t
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"set-up     vLLM's collect-env output {pasted}, another machine's"
-    assert f"kernel     {WSL2_KERNEL}: WSL2, kernel 4.19.121 or later (uname there)" in lines
+    assert f"kernel     {WSL2_KERNEL}: WSL2 kernel ≥ 4.19.121 (uname there)" in lines
     assert "vLLM       0.30.0 installed there" in lines
     # What the answers below are for depends on the matrix carried (made before it said the opted-in ones, or after).
     assert any(line.startswith("VLLM_WSL2_ENABLE_PIN_MEMORY=1 is set there: the opt-in, ") for line in lines)

@@ -113,7 +113,7 @@ def succeeded(done: subprocess.CompletedProcess) -> str:
 @pytest.mark.reads_host
 def test_the_doctor_answers_for_the_set_up_asked(python):
     text = succeeded(matrix(python, "doctor", *ASKED))
-    assert f"kernel     {KERNEL}: WSL2, kernel 4.19.121 or later (--kernel)" in text
+    assert f"kernel     {KERNEL}: WSL2 kernel ≥ 4.19.121 (--kernel)" in text
     assert f"cell       {ASKED_CELL}, vLLM " in text
     got = json.loads(succeeded(matrix(python, "doctor", "--json", *ASKED)))
     assert got["cell"] == ASKED_CELL
