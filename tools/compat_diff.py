@@ -3,6 +3,10 @@
     python3 tools/compat_diff.py [--ignore KEY]... OLD NEW
     python3 tools/compat_diff.py --volatile COMMITTED PRODUCED
 
+Each side is read whole: a compat.json of schema 2 with the case files it links beside it (cases/<release>.json,
+each checked against its digest) joined in, which is what schema 1 held in one file, so either layout compares
+with either (the matrix published before the cases moved out against the one published after).
+
 Ignores what depends on when and by which kit the report was generated (the
 top-level ``generated_at`` and ``kit_commit``, each cell's ``age_days``), any
 key only NEW has (fields a newer kit adds), and each ``--ignore`` key wherever it
@@ -11,8 +15,8 @@ is (a field whose words a newer kit changed on purpose).
 ``--volatile`` compares two reports of the same kit exactly (is the committed matrix what the code
 produces?): a key only one side has is a difference, and only what is volatile by nature is masked
 (``VOLATILE_KEYS``, ``VOLATILE_TEXT``). Prints each difference as ``JSON path: old -> new``
-and exits 1 if there is any, 0 if none, 2 if a file cannot be read. Standard library only: it runs
-before any environment exists.
+and exits 1 if there is any, 0 if none, 2 if a file cannot be read. Standard library only (with
+the kit's own matrix.report.compat_cases): it runs before any environment exists.
 """
 
 from __future__ import annotations
@@ -21,6 +25,13 @@ import json
 import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+
+# This checkout's kit, wherever the tool is run from.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from matrix.errors import MatrixError  # noqa: E402
+from matrix.report.compat_cases import joined  # noqa: E402
 
 # Top-level only: a cell's provenance also names a kit_commit, the one its runner ran, and that must agree.
 IGNORED = frozenset({"$.generated_at", "$.kit_commit"})
@@ -105,10 +116,17 @@ def main(argv: list[str]) -> int:
     documents = []
     for name in argv:
         try:
+            # Read here, not by the kit's reader of inputs, which takes regular files only: OLD is often a
+            # pipe, `<(git show main:docs/matrix/compat.json)`.
             with open(name, encoding="utf-8") as f:
-                documents.append(json.load(f))
+                document = json.load(f)
         except (OSError, ValueError) as exc:
             print(f"error: {name} cannot be read as JSON: {exc}", file=sys.stderr)
+            return 2
+        try:
+            documents.append(joined(document, Path(name)))
+        except MatrixError as exc:
+            print(f"error: {exc}", file=sys.stderr)
             return 2
     found = 0
     found_all = exact_differences(*documents) if volatile else differences(*documents, ignored=frozenset(ignored))

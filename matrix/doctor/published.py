@@ -22,7 +22,7 @@ from matrix.errors import MatrixError
 from matrix.files import write_file
 from matrix.questions import Level, Question, Verdict
 from matrix.records import read_record
-from matrix.words import COMPAT_SCHEMA
+from matrix.words import COMPAT_SCHEMA, COMPAT_WHOLE_SCHEMA
 
 # The doctor's part of a compat.json: what the kit's package carries, so that an installed doctor answers with no
 # checkout (``nox -s publish`` writes it beside this module from the published compat.json).
@@ -320,7 +320,8 @@ def _stack_architectures(obj: Any, here: str) -> V2Architectures:
 def read_published(path: Path, name: str) -> Published:
     """The file at ``path`` (``name`` in messages), a compat.json or its doctor's part, or one line saying what is
     wrong with it and what to do."""
-    document = read_record(path, (COMPAT_SCHEMA, DOCTOR_SCHEMA), name, "a compat.json", REGENERATE)
+    schemas = (COMPAT_SCHEMA, COMPAT_WHOLE_SCHEMA, DOCTOR_SCHEMA)
+    document = read_record(path, schemas, name, "a compat.json", REGENERATE)
     try:
         releases = tuple(_release(version) for version in _get(document, "versions", list, "the document"))
     except _ShapeError as exc:
@@ -350,7 +351,7 @@ def _doctor_verdict(verdict: dict[str, Any]) -> dict[str, Any]:
 
 
 def doctor_part(document: dict[str, Any]) -> dict[str, Any]:
-    """Of a compat.json the kit wrote, what the doctor reads: about 3% of it (the cases stay in compat.json)."""
+    """Of a compat.json the kit wrote, what the doctor reads: about a third of it (the cases were never in it)."""
     return {
         "schema": DOCTOR_SCHEMA,
         "generated_at": document["generated_at"],
@@ -378,7 +379,8 @@ def doctor_part(document: dict[str, Any]) -> dict[str, Any]:
 
 def write_packaged(compat: Path, out: Path = PACKAGED) -> Path:
     """``out`` holding the doctor's part of the compat.json at ``compat`` (the published one, by ``nox -s publish``)."""
-    document = read_record(compat, COMPAT_SCHEMA, str(compat), "a compat.json", REGENERATE)
+    schemas = (COMPAT_SCHEMA, COMPAT_WHOLE_SCHEMA)
+    document = read_record(compat, schemas, str(compat), "a compat.json", REGENERATE)
     data = json.dumps(doctor_part(document), separators=(",", ":"), ensure_ascii=False) + "\n"
     return write_file(out.parent, out.name, data.encode())
 

@@ -15,6 +15,7 @@ from matrix.host.record import EnvironmentRecord
 from matrix.layout import UNKNOWN_RELEASE, run_dir
 from matrix.plan import cell_pytest_args
 from matrix.releases import VLLM_VERSION
+from matrix.report.compat_cases import read_joined
 
 CELLS = "cuda-wsl2new-v2-graph,rocm-wsl2new-v2-graph"
 # The tests each session runs (noxfile.py: gate, probe, repro), by group.
@@ -71,7 +72,7 @@ def release_record(tmp: Path, env: Path, release: str) -> Path:
 def report(results: Path, out: Path) -> dict:
     done = run_module("matrix", "report", str(results), "--out", str(out))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
-    return json.loads((out / "compat.json").read_text())
+    return read_joined(out / "compat.json")
 
 
 def cells_of(document: dict, release: str) -> dict[str, dict]:
