@@ -15,7 +15,7 @@ from pathlib import Path
 from matrix.cells import ModelClass
 from matrix.report.compat_cases import CASES_SCHEMA, JOINED_SCHEMA, cases_path
 from matrix.report.engine_bench import EngineBench
-from matrix.report.model import Evidence, Report
+from matrix.report.model import Contradiction, Evidence, Report
 from matrix.report.status import CaseRecord, CellReport
 from matrix.report.view import advice, answer_sentence, evidence_sentence, plain, why
 from matrix.variables import GATE_PIN_VALUES
@@ -116,9 +116,13 @@ def _case(case: CaseRecord, attempts: dict[int, tuple[tuple, list]] | None = Non
     }
 
 
-def _flat(record: object) -> dict:
-    """A dataclass of plain values as a dict; asdict() would deep-copy each value, once per record of thousands."""
-    return {f.name: getattr(record, f.name) for f in fields(record)}  # type: ignore[arg-type]
+# Asked once: fields() costs more than reading them, once per contradiction of thousands.
+_CONTRADICTION_FIELDS = tuple(f.name for f in fields(Contradiction))
+
+
+def _contradiction(contradiction: Contradiction) -> dict:
+    """A contradiction as a dict; asdict() would deep-copy each value, once per record of thousands."""
+    return {name: getattr(contradiction, name) for name in _CONTRADICTION_FIELDS}
 
 
 def to_document(report: Report, cells: bool = True) -> dict:
@@ -157,7 +161,7 @@ def to_document(report: Report, cells: bool = True) -> dict:
         "probes": [asdict(p) for p in report.probes],
         "engine_benches": [_engine_bench(b) for b in report.engine_benches],
         "changes": [asdict(c) for c in report.changes],
-        "contradictions": [_flat(c) for c in report.contradictions] if cells else [],
+        "contradictions": [_contradiction(c) for c in report.contradictions] if cells else [],
     }
 
 
@@ -228,7 +232,7 @@ class CaseFile:
         # A thousand to a chunk: one dumps call each would cost more than the encoding (a run can contradict a
         # rule with each of its cases), and a chunk stays small.
         for start in range(0, len(found), 1000):
-            batch = [_flat(contradiction) for contradiction in found[start : start + 1000]]
+            batch = [_contradiction(contradiction) for contradiction in found[start : start + 1000]]
             yield ("," if start else "") + "\n" + _dumps(batch)[1:-1]
         yield "]}\n"
 
