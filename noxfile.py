@@ -489,8 +489,10 @@ def publish(session: nox.Session) -> None:
     inputs += ("--engine-bench", f"{store}/{ENGINE_BENCHES}")
     # Exit 1 is a matrix with cells to look at, written: a GPU's regression is what the matrix is for publishing.
     session.run("python", "-m", "matrix", "report", *inputs, "--out", "docs/matrix", success_codes=[0, 1])
-    # What the doctor answers from wherever the kit is installed: its part of the matrix, in the package.
+    # What the doctor answers from wherever the kit is installed: its part of the matrix, in the package; and
+    # published beside the matrix, for `wslpin-doctor --matrix URL` to fetch a small file.
     session.run("python", "-m", "matrix", "doctor-matrix", "docs/matrix/compat.json")
+    shutil.copyfile(ROOT / "matrix" / "doctor" / "matrix.json", ROOT / "docs" / "matrix" / "doctor.json")
 
 
 @nox.session(default=False)

@@ -3,6 +3,10 @@
     python3 tools/compat_diff.py [--ignore KEY]... OLD NEW
     python3 tools/compat_diff.py --volatile COMMITTED PRODUCED
 
+Each side is read whole: a compat.json of schema 2 with the case files it links beside it (cases/<release>.json,
+each checked against its digest) joined in, which is what schema 1 held in one file, so either layout compares
+with either (the matrix published before the cases moved out against the one published after).
+
 Ignores what depends on when and by which kit the report was generated (the
 top-level ``generated_at`` and ``kit_commit``, each cell's ``age_days``), any
 key only NEW has (fields a newer kit adds), and each ``--ignore`` key wherever it
@@ -23,11 +27,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-# The kit's own words for what is volatile, from its root (this script runs as `python3 tools/compat_diff.py`).
+# This checkout's kit, wherever the tool is run from: its words for what is volatile, and its case files' reader.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from matrix.case_facts import TIMINGS  # noqa: E402
 from matrix.envelope import MACHINE_NAMES, RUN_STAMP  # noqa: E402
+from matrix.errors import MatrixError  # noqa: E402
+from matrix.report.compat_cases import joined  # noqa: E402
 
 # Top-level only: a cell's provenance also names a kit_commit, the one its runner ran, and that must agree.
 IGNORED = frozenset({"$.generated_at", "$.kit_commit"})
@@ -107,10 +113,17 @@ def main(argv: list[str]) -> int:
     documents = []
     for name in argv:
         try:
+            # Read here, not by the kit's reader of inputs, which takes regular files only: OLD is often a
+            # pipe, `<(git show main:docs/matrix/compat.json)`.
             with open(name, encoding="utf-8") as f:
-                documents.append(json.load(f))
+                document = json.load(f)
         except (OSError, ValueError) as exc:
             print(f"error: {name} cannot be read as JSON: {exc}", file=sys.stderr)
+            return 2
+        try:
+            documents.append(joined(document, Path(name)))
+        except MatrixError as exc:
+            print(f"error: {exc}", file=sys.stderr)
             return 2
     found = 0
     found_all = exact_differences(*documents) if volatile else differences(*documents, ignored=frozenset(ignored))

@@ -89,6 +89,7 @@ for attempt in 1 2 3; do
     --engine-bench docs/evidence/runs/engine-bench \
     --bench docs/bench --previous "$RUNNER_TEMP/previous.json" --out docs/matrix || test $? -eq 1
   python -m matrix doctor-matrix docs/matrix/compat.json --out matrix/doctor/matrix.json
+  cp matrix/doctor/matrix.json docs/matrix/doctor.json
   git add docs/evidence/runs docs/matrix matrix/doctor/matrix.json
   git commit --quiet -m "Evidence: $added new GPU result(s) from $RUN_URL"
   if remote push --quiet origin "HEAD:refs/heads/$branch"; then

@@ -1,10 +1,11 @@
 """The report as GitHub shows it on a commit: check-run annotations for the cells that need a maintainer, and step
 outputs with the counts.
 
-``python -m matrix annotations COMPAT [--github-output FILE]`` reads the ``compat.json`` a report wrote and
-prints one workflow command per cell that failed the run (a regression, a crash, a misrouted runner: ``::error``),
-that has no result (``::warning``) or that a known issue no longer holds back (fixed: ``::notice``), naming the
-release, the cell, its failing cases' rules and issues, and a ``::notice`` per runner kind the plan gave no job;
+``python -m matrix annotations COMPAT [--github-output FILE]`` reads the ``compat.json`` a report wrote (with
+its case files beside it) and prints one workflow command per cell that failed the run (a regression, a crash, a
+misrouted runner: ``::error``), that has no result (``::warning``) or that a known issue no longer holds back
+(fixed: ``::notice``), naming the release, the cell, its failing cases' rules and issues, and a ``::notice`` per
+runner kind the plan gave no job;
 GitHub turns each into an annotation on the workflow run and its commit. With ``--github-output`` it appends
 ``cells=N``, one ``<status>=N`` per status and ``not_planned=N`` (runner kinds) to the step's outputs file, so a
 later step or job can act on the counts. Every text from the report passes ``visible`` first,
@@ -19,10 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from matrix.errors import MatrixError
-from matrix.io.records import read_record
+from matrix.report.compat_cases import read_joined
 from matrix.report.status import Status
 from matrix.text.visible import visible
-from matrix.text.words import COMPAT_SCHEMA
 
 # GitHub shows at most 10 annotations of each kind per step; past that, one more line says how many were left out.
 MOST = 10
@@ -93,11 +93,14 @@ def outputs(document: dict) -> dict[str, int]:
 
 
 def _load(path: Path) -> dict:
-    """The report's compat.json, read as any record the kit did not write here (``matrix.io.records``)."""
-    again = "give the compat.json `python -m matrix report` wrote"
-    document = read_record(path, COMPAT_SCHEMA, str(path), "a report's compat.json", again)
+    """The report's compat.json with the case files beside it joined in (the failing cases' rules and issues are
+    theirs), read as any record the kit did not write here."""
+    document = read_joined(path)
     if not isinstance(document.get("versions"), list):
-        raise MatrixError(f"{path} is not a report's compat.json (no list of versions): {again}")
+        raise MatrixError(
+            f"{path} is not a report's compat.json (no list of versions): give the compat.json "
+            "`python -m matrix report` wrote"
+        )
     return document
 
 

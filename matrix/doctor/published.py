@@ -26,7 +26,7 @@ from matrix.io.bounded_json import parse
 from matrix.io.files import InputFileError, read_input, write_file
 from matrix.io.records import read_record
 from matrix.questions import Level, Question, Verdict
-from matrix.text.words import COMPAT_SCHEMA
+from matrix.text.words import COMPAT_SCHEMA, COMPAT_WHOLE_SCHEMA
 
 # The doctor's part of a compat.json: what the kit's package carries, so that an installed doctor answers with no
 # checkout (``nox -s publish`` writes it beside this module from the published compat.json).
@@ -425,7 +425,7 @@ def read_published(path: Path, name: str) -> Published:
         document = parse(lines[0][1:-1] if lines else data)
     except MatrixError as exc:
         raise MatrixError(f"{name} cannot be read ({exc}): {REGENERATE}") from None
-    schemas = (COMPAT_SCHEMA, DOCTOR_SCHEMA_WHOLE) if not lines else (DOCTOR_SCHEMA,)
+    schemas = (COMPAT_SCHEMA, COMPAT_WHOLE_SCHEMA, DOCTOR_SCHEMA_WHOLE) if not lines else (DOCTOR_SCHEMA,)
     if not isinstance(document, dict) or document.get("schema") not in schemas:
         raise MatrixError(f"{name} is not a compat.json (schema {' or '.join(schemas)}): {REGENERATE}")
     try:
@@ -492,7 +492,7 @@ def doctor_part(document: dict[str, Any]) -> list[Any]:
 def write_packaged(compat: Path, out: Path = PACKAGED) -> Path:
     """``out`` holding the doctor's part of the compat.json at ``compat`` (the published one, by ``nox -s publish``):
     a JSON array with one value on each line, so that the doctor decodes the index and the lines it answers from."""
-    document = read_record(compat, COMPAT_SCHEMA, str(compat), "a compat.json", REGENERATE)
+    document = read_record(compat, (COMPAT_SCHEMA, COMPAT_WHOLE_SCHEMA), str(compat), "a compat.json", REGENERATE)
     values = [json.dumps(value, separators=(",", ":"), ensure_ascii=False) for value in doctor_part(document)]
     return write_file(out.parent, out.name, ("[" + ",\n".join(values) + "]\n").encode())
 

@@ -141,6 +141,14 @@ class Report:
         return runners
 
     def v2_architectures(self, vllm: str) -> dict[str, dict] | None:
+        """``find_v2_architectures`` of the release, found once: every output asks it of every release."""
+        return self._architectures[vllm]
+
+    @cached_property
+    def _architectures(self) -> dict[str, dict[str, dict] | None]:
+        return {vllm: self.find_v2_architectures(vllm) for vllm in self.versions}
+
+    def find_v2_architectures(self, vllm: str) -> dict[str, dict] | None:
         """Per stack, which architectures vLLM's config gives the V2 runner by default and which runner each class
         of architecture gets (on the list or off it, MoE or dense), with the architectures vLLM reads as MoE and as
         dense where that changes the answer: as the release's cells observed it. None where the release decides
@@ -236,6 +244,14 @@ class Report:
                             case.status.value,
                         )
                     )
+        return found
+
+    @cached_property
+    def contradicted(self) -> dict[str, list[Contradiction]]:
+        """``contradictions`` by release, in the same order: each release's are its case file's and its page's."""
+        found: dict[str, list[Contradiction]] = {}
+        for contradiction in self.contradictions:
+            found.setdefault(contradiction.vllm, []).append(contradiction)
         return found
 
     def cell(self, vllm: str, stack: Stack, host: Host, runner: Runner, mode: Mode) -> CellReport:

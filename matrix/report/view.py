@@ -54,6 +54,9 @@ PROVENANCE = (
 FAILING = (Status.REGRESSION, Status.FLAKY, Status.FIXED, Status.KNOWN_FAIL)
 # Per cell, the page lists this many failing tests with their messages; compat.json has them all.
 LISTED_FAILURES = 40
+# A release's page lists this many of its contradictions, then says how many more its case file holds: each is a
+# case, and a run that contradicts every rule would make the page as large as the cases.
+LISTED_CONTRADICTIONS = 500
 MESSAGE_CHARS = 1500
 NO_EVIDENCE = "no result"
 
@@ -610,9 +613,19 @@ class ReportView:
             )
             yield Section("not-planned", "Runner kinds not planned in this run", 2, items)
 
+    @property
+    def contradicted(self) -> dict[str, int]:
+        """Per release with any, how many of its results contradict their rules: the glance counts them, and each
+        release's page lists its own (one per case, they would outgrow the glance)."""
+        return {vllm: len(found) for vllm, found in self.report.contradicted.items()}
+
+    def contradictions(self, vllm: str) -> Iterator[Item]:
+        """The release's first LISTED_CONTRADICTIONS contradictions."""
+        return map(_contradiction, self.report.contradicted.get(vllm, [])[:LISTED_CONTRADICTIONS])
+
     def releases(self) -> Iterator[ReleaseView]:
         for vllm in self.release_names:
-            yield self._release(vllm)
+            yield self.release(vllm)
 
     @property
     def pinned(self) -> PinnedView:
@@ -647,7 +660,7 @@ class ReportView:
         )
         return DetailView(tuple(c.id for c in CELLS), rows)
 
-    def _release(self, vllm: str) -> ReleaseView:
+    def release(self, vllm: str) -> ReleaseView:
         tally: dict[str, int] = {}
         benches = []
         views = {}

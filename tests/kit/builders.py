@@ -22,7 +22,9 @@ from matrix.host.record import EnvironmentRecord
 from matrix.junit import write_cell_results
 from matrix.plan import CellPlan, Execution
 from matrix.releases import VLLM_VERSION
-from matrix.report.model import build_report
+from matrix.report import render_json
+from matrix.report.compat_cases import read_joined
+from matrix.report.model import Report, build_report
 from matrix.report.render_json import SCHEMA_FILE
 from matrix.variables import PIN_MEMORY, V2_MODEL_RUNNER
 from repro import gpu_run
@@ -31,6 +33,22 @@ from repro import gpu_run
 
 NOW = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 SCHEMA = json.loads(SCHEMA_FILE.read_text())
+CASES_SCHEMA = {"$defs": SCHEMA["$defs"], "$ref": "#/$defs/cases_file"}  # a release's case file
+
+
+def written_compat(report: Report, out: Path) -> dict:
+    """compat.json and its case files as the report writes them into ``out``, each checked against its schema; the
+    report as one document, the case files joined in (``compat_cases.read_joined``)."""
+    import jsonschema
+
+    path = out / "compat.json"
+    render_json.write(report, path)
+    jsonschema.validate(json.loads(path.read_text()), SCHEMA)
+    case_files = sorted((out / "cases").glob("*.json"))
+    assert len(case_files) == len(report.versions)
+    for case_file in case_files:
+        jsonschema.validate(json.loads(case_file.read_text()), CASES_SCHEMA)
+    return read_joined(path)
 
 
 def envelope(cell: str, vllm: str = "0.33.0", started: str = "2026-11-29T12:00:00+00:00", **extra) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from builders import gate_case, write_suite
 from conftest import run_module
 
 from matrix.commands.annotations import MOST, commands, outputs
@@ -83,3 +84,24 @@ def test_the_command_appends_the_counts_and_refuses_what_no_report_wrote(tmp_pat
         compat.write_text(text)
         done = run_module("matrix", "annotations", str(compat))
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+
+
+def test_a_report_written_by_the_command_is_annotated_from_its_case_files(tmp_path):
+    """compat.json names each release's case file; the failing cases' rules come from there, and a case file that
+    is not the one compat.json names is refused in one line."""
+    results = tmp_path / "results"
+    results.mkdir()
+    contradicted = gate_case("test_gate_value[pin]", "pin", "unset", "True")  # rule wsl-no-pin expects False
+    write_suite(results / "a.xml", "cuda-wsl2new-v1-eager", [contradicted])
+    done = run_module("matrix", "report", str(results), "--out", str(tmp_path / "night"))
+    assert done.returncode == 1, done.stderr
+    compat = tmp_path / "night" / "compat.json"
+    done = run_module("matrix.commands.annotations", str(compat))
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if "cuda-wsl2new-v1-eager" in line]
+    assert line.startswith("::error title=vLLM 0.33.0 cuda-wsl2new-v1-eager%3A regression::")
+    assert line.endswith("::test_gate_value[pin] (rule wsl-no-pin)")
+    (case_file,) = (tmp_path / "night" / "cases").iterdir()
+    case_file.write_text(case_file.read_text() + " ")
+    done = run_module("matrix.commands.annotations", str(compat))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "its SHA-256 differs" in done.stderr

@@ -120,16 +120,52 @@ def test_a_key_only_the_produced_report_has_is_a_difference_under_volatile(tmp_p
     committed = published(tmp_path, monkeypatch, 1, "aaaa")
     document = json.loads(committed.read_text())
     document["versions"][0]["added"] = True
-    produced = tmp_path / "produced.json"
+    produced = committed.parent / "produced.json"  # beside the case files it links
     produced.write_text(json.dumps(document))
     done = compat_diff("--volatile", committed, produced)
     assert done.returncode == 1 and done.stdout.splitlines() == ['$.versions[0].added: "(absent)" -> true']
 
 
+def test_the_report_in_one_file_and_split_into_case_files_are_the_same_under_volatile(tmp_path, monkeypatch):
+    """The matrix published before the cases moved out (schema 1, one file, read from a pipe as
+    `<(git show main:docs/matrix/compat.json)` gives it) against the one published after."""
+    split = published(tmp_path, monkeypatch, 1, "aaaa")
+    assert json.loads(split.read_text())["schema"] == "wslpin-kit.compat/2"
+    whole = render_json.to_document(build_report([f"results/{CELL}.xml"], kit_commit="aaaa"))
+    assert whole["schema"] == "wslpin-kit.compat/1" and "cases" in whole["versions"][0]["cells"][0]
+    one_file = tmp_path / "elsewhere" / "compat.json"
+    one_file.parent.mkdir()
+    one_file.write_text(json.dumps(whole))
+    done = subprocess.run(
+        f"{sys.executable} {SCRIPT} --volatile <(cat {one_file}) {split}",
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and done.stdout == "", done.stdout + done.stderr
+    produced = published(tmp_path, monkeypatch, 2, "bbbb", failure='<failure message="observed False">False</failure>')
+    done = compat_diff("--volatile", one_file, produced)
+    assert done.returncode == 1 and ".cases[0].attempts[0].outcome" in done.stdout
+
+
+def test_a_case_file_that_is_not_the_one_compat_json_names_cannot_be_compared(tmp_path, monkeypatch):
+    committed = published(tmp_path, monkeypatch, 1, "aaaa")
+    (case_file,) = (committed.parent / "cases").iterdir()
+    case_file.write_text(case_file.read_text().replace('"passed"', '"failed"'))
+    done = compat_diff("--volatile", committed, committed)
+    assert done.returncode == 2
+    assert f"error: {case_file} is not the file {committed} names (its SHA-256 differs)" in done.stderr
+    case_file.unlink()
+    done = compat_diff("--volatile", committed, committed)
+    assert done.returncode == 2 and f"error: {case_file} does not exist" in done.stderr
+
+
 def test_where_the_kit_was_cloned_is_no_difference_under_volatile_but_a_file_or_a_url_is(tmp_path):
     def report(message: str) -> Path:
         path = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
-        path.write_text(json.dumps({"versions": [{"cells": [{"cases": [{"message": message}]}]}]}))
+        document = {"schema": "wslpin-kit.compat/1", "versions": [{"cells": [{"cases": [{"message": message}]}]}]}
+        path.write_text(json.dumps(document))
         return path
 
     circular = "circular import ({}/.nox/releases/0.25.1/lib/python3.11/site-packages/vllm/utils/torch_utils.py)"

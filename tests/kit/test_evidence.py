@@ -22,8 +22,8 @@ from matrix.host.record import EnvironmentRecord
 from matrix.junit import parse
 from matrix.plan import Execution
 from matrix.releases import VLLM_VERSION
+from matrix.report import render_json
 from matrix.report.model import build_report
-from matrix.report.outputs import report_outputs
 from matrix.store.bundle import Bundle, BundledCell
 from matrix.store.claims import load_claims
 from matrix.store.evidence import Source, add, add_bundles, origin
@@ -221,7 +221,7 @@ def history(root: Path) -> Path:
 
 
 def compat(report) -> dict:
-    return json.loads("".join(report_outputs(report)["compat.json"]))
+    return render_json.to_document(report)
 
 
 def test_the_matrix_rests_each_cell_on_its_strongest_result_says_where_it_came_from_and_diffs_like_with_like(

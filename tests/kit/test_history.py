@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import jsonschema
 import pytest
-from builders import NOW, envelope, gate_case
+from builders import NOW, envelope, gate_case, written_compat
 from conftest import ROOT, run_module
 from package_index import point_pip_at, refusing_url, served, write_index
 
@@ -24,8 +23,9 @@ from matrix.junit import parse
 from matrix.plan import Execution, Plan
 from matrix.report import render_html, render_json, render_md
 from matrix.report.bench import BenchSummary
+from matrix.report.compat_cases import read_joined
 from matrix.report.model import Evidence, EvidenceKind, build_report
-from matrix.report.render_json import SCHEMA_FILE
+from matrix.report.outputs import report_outputs, write_outputs
 from matrix.report.view import build_view, evidence_sentence
 from matrix.store import history_archive, release_index
 from matrix.store.history import normalised
@@ -68,9 +68,12 @@ def test_the_page_shows_a_cells_timeline_once_in_the_newest_release(tmp_path):
         kit_commit="t",
         now=NOW,
     )
-    page = render_html.render(report)
-    assert page.count('<ol class="timeline">') == 24  # every cell of 0.28.0, none of the older releases
-    assert page.count("across releases: see vLLM 0.28.0") == 48
+    assert '<ol class="timeline">' not in render_html.render(report)  # the glance leaves it to the pages
+    newest, *older = (render_html.render_release(report, v) for v in reversed(versions))
+    assert newest.count('<ol class="timeline">') == 24  # every cell of 0.28.0, none of the older releases
+    for page in older:
+        assert '<ol class="timeline">' not in page
+        assert page.count('across releases: see <a href="0.28.0.html#') == 24
     newest = next(build_view(report).releases()).rows[0].cells[0]
     assert [step.vllm for step in newest.timeline] == list(versions)
 
@@ -145,8 +148,8 @@ def test_compat_json_carries_the_evidence_as_records_and_words(tmp_path):
         f"{gate_case('p', 'pin', '1', 'True')}</testsuite>"
     )
     report = build_report([str(rocm_new_kernel(tmp_path, "0.33.0", "True")), str(native)], kit_commit="t", now=NOW)
-    document = render_json.to_document(report)
-    jsonschema.validate(document, json.loads(SCHEMA_FILE.read_text()))
+    document = written_compat(report, tmp_path)
+    assert document == render_json.to_document(report)
     (found,) = [c for c in document["versions"][0]["cells"] if c["id"] == "rocm-wsl2new-v1-graph"]
     assert [(r["kind"], r["source"], r["runner"], r["execution"], r["counts"]) for r in found["evidence_records"]] == [
         ("native", "RX 7900", "w1", None, None),
@@ -183,7 +186,9 @@ def test_the_grid_names_the_evidence_without_cutting_a_gpu_name(tmp_path):
         c for row in next(build_view(report).releases()).rows for c in row.cells if c.id == "cuda-wsl2new-v2-graph"
     ]
     assert cell.evidence_line == "native run on RTX 4090 (24 GB), runner ?"
-    assert '<div class="ev">native run on RTX 4090 (24 GB), runner ?</div>' in render_html.render(report)
+    assert '<div class="ev">native run on RTX 4090 (24 GB), runner ?</div>' in render_html.render_release(
+        report, "0.33.0"
+    )
 
 
 def test_contradicted_rules_are_named(tmp_path):
@@ -194,7 +199,11 @@ def test_contradicted_rules_are_named(tmp_path):
     report = build_report([str(path)], kit_commit="t", now=NOW)
     (c,) = report.contradictions
     assert (c.rule, c.key, c.expected, c.observed, c.status) == ("wsl-no-pin", "pin", "False", "True", "regression")
-    assert "rule <code>wsl-no-pin</code> expects pin=False" in render_html.render(report)
+    assert "rule <code>wsl-no-pin</code> expects pin=False" in render_html.render_release(report, "0.33.0")
+    glance = render_html.render(report)
+    assert (
+        "expects" not in glance and '<a href="releases/0.33.0.html#contradictions">vLLM 0.33.0</a>: 1 result' in glance
+    )
 
 
 @pytest.mark.browser
@@ -208,9 +217,8 @@ def test_the_release_selector_shows_one_release_at_a_time(tmp_path):
     report = build_report(
         [str(rocm_new_kernel(tmp_path, v, "True")) for v in ("0.28.0", "0.30.0")], kit_commit="t", now=NOW
     )
-    page = tmp_path / "index.html"
-    page.write_text(render_html.render(report))
-    loaded = browser.load(page.as_uri() + "#release=0.28.0")
+    write_outputs(tmp_path, report_outputs(report))
+    loaded = browser.load((tmp_path / "index.html").as_uri() + "#release=0.28.0")
     assert loaded.console == []
     assert '<section class="release" data-release="0.30.0" hidden="">' in loaded.dom
     assert '<section class="release" data-release="0.28.0">' in loaded.dom
@@ -224,7 +232,7 @@ def test_the_release_selector_shows_one_release_at_a_time(tmp_path):
 def published():
     if not PUBLISHED.exists():
         pytest.fail("docs/matrix/compat.json is missing: run `nox -s publish` and commit docs/matrix/")
-    return json.loads(PUBLISHED.read_text())
+    return read_joined(PUBLISHED)
 
 
 def cell(published, vllm, cell_id):

@@ -13,6 +13,7 @@ from conftest import require_gate_only, run_module
 from matrix.host.record import EnvironmentRecord
 from matrix.plan import cell_pytest_args
 from matrix.releases import UNKNOWN_RELEASE, VLLM_VERSION
+from matrix.report.compat_cases import read_joined
 from matrix.store.groups import GROUP_TESTS
 from matrix.store.layout import run_dir
 
@@ -71,7 +72,7 @@ def release_record(tmp: Path, env: Path, release: str) -> Path:
 def report(results: Path, out: Path) -> dict:
     done = run_module("matrix", "report", str(results), "--out", str(out))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
-    return json.loads((out / "compat.json").read_text())
+    return read_joined(out / "compat.json")
 
 
 def cells_of(document: dict, release: str) -> dict[str, dict]:

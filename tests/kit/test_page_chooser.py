@@ -13,6 +13,7 @@ from markupsafe import escape
 from matrix.cells import CELLS, Cell
 from matrix.report import render_html
 from matrix.report.model import Report, build_report
+from matrix.report.outputs import report_outputs, write_outputs
 from matrix.report.view import build_view
 from matrix.text.words import HOST_NAMES
 
@@ -74,11 +75,11 @@ def test_the_choosers_selects_come_from_the_matrix_axes_and_the_reports_releases
 
 
 def page_of(tmp_path: Path) -> tuple[Path, dict[tuple[str, str], tuple[str, str]]]:
-    """The two releases' page written as index.html, and what it answers per (release, cell id)."""
+    """The two releases' report written as the report command writes it (index.html, the pages and images it
+    loads and links), and what it answers per (release, cell id)."""
     report = two_releases(tmp_path)
-    index = tmp_path / "index.html"
-    index.write_text(render_html.render(report))
-    return index, answers(report)
+    write_outputs(tmp_path, report_outputs(report))
+    return tmp_path / "index.html", answers(report)
 
 
 @pytest.fixture
@@ -145,6 +146,17 @@ def test_the_chooser_answers_with_the_chosen_cells_sentence_in_chromium(tmp_path
     page.locator("#setup-link").click()
     expect(page.locator("td.cell[aria-current=true]")).to_be_in_viewport()
     assert page.evaluate("location.hash") == f"#setup=cuda-linux-v2-graph&release={NEWER}"
+
+    # The rest of the cell is on its release's page, opened from the file as the glance links it.
+    cell = page.locator("td.cell[aria-current=true]")
+    cell.locator("summary").click()
+    cell.locator("a.more").click()
+    expect(page).to_have_url(f"{(tmp_path / 'releases' / NEWER).as_uri()}.html#cuda-linux-v2-graph")
+    target = page.locator("td.cell:target")
+    expect(target).to_have_attribute("data-cell", "cuda-linux-v2-graph")
+    target.locator("summary").click()
+    expect(target.locator("code").last).to_have_text('nox -s "cell(cuda, linux, v2, graph)" -- --vllm 0.30.0')
+    expect(page.locator("td.cell")).to_have_count(24)
     assert console == []
 
 

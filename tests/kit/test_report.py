@@ -9,9 +9,8 @@ import shutil
 from pathlib import Path
 from xml.etree import ElementTree
 
-import jsonschema
 import pytest
-from builders import SCHEMA, envelope, gate_case, report_of, write_suite
+from builders import envelope, gate_case, report_of, write_suite, written_compat
 from conftest import ROOT, require_gate_only, run_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +18,8 @@ from hypothesis import strategies as st
 from matrix.cells import CELLS
 from matrix.plan import Execution, cell_pytest_args
 from matrix.report import render_html, render_json, render_md
+from matrix.report.compat_cases import read_joined
+from matrix.report.outputs import report_outputs, write_outputs
 from matrix.report.status import Status
 from matrix.store.reading import ResultKind
 
@@ -154,8 +155,10 @@ def test_no_entity_is_expanded_and_no_local_file_is_read(tmp_path):
     out = tmp_path / "out"
     done = run_module("matrix", "report", str(hostile.parent), "--out", str(out))
     assert done.returncode == 0, done.stderr
-    for name in ("COMPATIBILITY.md", "index.html", "strips.svg", "bandwidth.svg", "compat.json"):
-        text = (out / name).read_text()
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert len(written) == 7  # the five, and the release's page and case file
+    for path in written:
+        text = path.read_text()
         assert "TOP-SECRET-MARKER" not in text and "lollol" not in text
     assert len(json.loads((out / "compat.json").read_text())["inputs"]["unreadable"]) == 2
 
@@ -265,7 +268,7 @@ def test_bad_files_are_named_and_the_good_ones_reported_through_the_command(tmp_
     # A bad input is listed, not a failure; but the stray test case failed, and no failure is green.
     assert done.returncode == 1 and "error: 1 failing test case(s) in no cell" in done.stderr, done.stderr
     assert "read 5 file(s), 4 test case(s); unattributed 1, unreadable 2" in done.stdout
-    document = json.loads((out / "compat.json").read_text())
+    document = read_joined(out / "compat.json")
     reasons = {Path(p["path"]).name: p["reason"] for p in document["inputs"]["unreadable"]}
     assert set(reasons) == {"unknown_encoding.xml", "truncated.xml"}
     assert "unknown encoding" in reasons["unknown_encoding.xml"] and "not well-formed" in reasons["truncated.xml"]
@@ -390,11 +393,13 @@ def test_a_lone_surrogate_in_a_runners_nox_report_is_shown_and_every_output_writ
     out = tmp_path / "out"
     done = run_module("matrix", "report", str(result), "--nox-report", str(nox), "--out", str(out))
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == [
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
         "COMPATIBILITY.md",
         "bandwidth.svg",
+        "cases/0.33.0.json",
         "compat.json",
         "index.html",
+        "releases/0.33.0.html",
         "strips.svg",
     ]
     (release,) = json.loads((out / "compat.json").read_text())["versions"]
@@ -613,17 +618,19 @@ def test_real_cell_results_pass(tmp_path):
 # --- outputs -------------------------------------------------------------------------------
 
 
-def test_compat_json_follows_its_schema(corpus_report, tmp_path):
-    path = tmp_path / "compat.json"
-    render_json.write(corpus_report, path)
-    jsonschema.validate(json.loads(path.read_text()), SCHEMA)
+def test_compat_json_and_its_case_files_follow_their_schema(corpus_report, tmp_path):
+    whole = json.loads(json.dumps(render_json.to_document(corpus_report)))  # as JSON has it: tuples are lists
+    assert written_compat(corpus_report, tmp_path) == whole
 
 
 def test_hostile_strings_render_as_text(corpus_report):
-    html = render_html.render(corpus_report)
-    assert "<script>alert(1)</script>" not in html and "<img src=x" not in html
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert html.count("<script>") == 1  # the page's own filter
+    pages = [render_html.render(corpus_report)] + [
+        render_html.render_release(corpus_report, v) for v in corpus_report.versions
+    ]
+    for page in pages:
+        assert "<script>alert(1)</script>" not in page and "<img src=x" not in page
+        assert page.count("<script>") == (1 if page is pages[0] else 0)  # the glance's own filter; none elsewhere
+    assert any("&lt;script&gt;alert(1)&lt;/script&gt;" in page for page in pages[1:])
     markdown = render_md.render(corpus_report)
     assert "<script>" not in markdown and "<img" not in markdown
     strips = render_html.render_strips(corpus_report)
@@ -634,13 +641,24 @@ def test_hostile_strings_render_as_text(corpus_report):
     assert detail and all(line.count("|") == 26 for line in detail)  # 24 cells + the name column: no extra pipe
 
 
-def test_the_page_needs_no_network(corpus_report):
+def test_the_pages_need_no_network_and_name_only_what_the_report_wrote(corpus_report, tmp_path):
+    """Whatever a page loads (an image) and whatever it links without a scheme is a file written beside it."""
     import re
 
-    html = render_html.render(corpus_report)
-    assert not re.search(r"<(img|link|script|iframe|object|embed|source)\b[^>]*\s(src|href|data)=", html)
-    for marker in ("@import", "url(", "fetch(", "XMLHttpRequest", "http://"):
-        assert marker not in html
+    write_outputs(tmp_path, report_outputs(corpus_report))
+    pages = [tmp_path / "index.html", *(tmp_path / "releases").glob("*.html")]
+    assert len(pages) == 1 + len(corpus_report.versions)
+    for page in pages:
+        text = page.read_text()
+        for marker in ("@import", "url(", "fetch(", "XMLHttpRequest", "http://"):
+            assert marker not in text
+        loaded = re.findall(
+            r"<(?:img|link|script|iframe|object|embed|source)\b[^>]*\s(?:src|href|data)=\"([^\"]*)\"", text
+        )
+        linked = re.findall(r"<a\b[^>]*\shref=\"([^\"#:]+)[^\"]*\"", text)
+        assert loaded == (["strips.svg"] if page.name == "index.html" else [])
+        for target in loaded + linked:
+            assert (page.parent / html.unescape(target)).is_file(), (page, target)
 
 
 def test_markdown_fits_a_step_summary_by_cutting_detail_never_the_grid(tmp_path):
@@ -715,7 +733,7 @@ def page(tmp_path_factory):
     except browser.BrowserMissingError as exc:
         pytest.skip(f"{exc} (.ci/run installs it)")
     out = tmp_path_factory.mktemp("page")
-    (out / "index.html").write_text(render_html.render(report_of(CORPUS)))
+    write_outputs(out, report_outputs(report_of(CORPUS)))
     return out / "index.html"
 
 
@@ -726,7 +744,11 @@ def test_the_page_loads_in_chromium_without_console_errors_and_shows_24_cells(pa
     loaded = browser.load(page.as_uri())
     assert loaded.console == []
     assert loaded.dom.count('<td class="cell') == 24
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in loaded.dom
+    # Each release's page, opened from the file the glance links, as a reader follows it.
+    releases = sorted((page.parent / "releases").glob("*.html"))
+    shown = [browser.load(release.as_uri()) for release in releases]
+    assert shown and all(s.console == [] and s.dom.count('<td class="cell') == 24 for s in shown)
+    assert any("&lt;script&gt;alert(1)&lt;/script&gt;" in s.dom for s in shown)
 
 
 @pytest.mark.browser

@@ -2,7 +2,8 @@
 
 Faults against the real command: a SIGKILL while it writes, a write that fails midway (a file-size limit
 set on the child: the disk running out looks the same to the writer, and this needs no mount), a second
-report into the same directory while one holds it, and a link planted at an output's name.
+report into the same directory while one holds it, a link planted at an output's name or at the directory of
+the per-release files, and a release the next report no longer holds.
 """
 
 from __future__ import annotations
@@ -19,7 +20,21 @@ from pathlib import Path
 from builders import gate_case, write_suite
 from conftest import ROOT, run_module
 
-OUTPUTS = ("COMPATIBILITY.md", "index.html", "strips.svg", "bandwidth.svg", "compat.json")
+# The inputs below name vLLM 0.33.0: its page and its case file are outputs beside the five.
+OUTPUTS = (
+    "COMPATIBILITY.md",
+    "index.html",
+    "strips.svg",
+    "bandwidth.svg",
+    "compat.json",
+    "releases/0.33.0.html",
+    "cases/0.33.0.json",
+)
+
+
+def files(out: Path) -> list[str]:
+    """Every file under ``out``, by its path relative to it."""
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if not p.is_dir())
 
 
 def small_input(folder: Path) -> Path:
@@ -45,7 +60,7 @@ def last_report(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
 
 def as_it_was(out: Path, before: dict[str, bytes]) -> None:
     assert {name: (out / name).read_bytes() for name in OUTPUTS} == before
-    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS), "a partial file was left behind"
+    assert files(out) == sorted(OUTPUTS), "a partial file was left behind"
 
 
 def test_a_report_killed_while_it_writes_leaves_the_last_report_whole(tmp_path):
@@ -58,7 +73,7 @@ def test_a_report_killed_while_it_writes_leaves_the_last_report_whole(tmp_path):
         stderr=subprocess.DEVNULL,
     )
     try:
-        while not any(p.name.endswith(".partial") for p in out.iterdir()):
+        while not any(p.name.endswith(".partial") for p in out.rglob("*")):
             assert proc.poll() is None, "the report ended before it wrote anything: give it a larger input"
             time.sleep(0.002)
         proc.send_signal(signal.SIGKILL)
@@ -68,7 +83,7 @@ def test_a_report_killed_while_it_writes_leaves_the_last_report_whole(tmp_path):
     # The next report removes what the killed one left, and writes its own.
     done = run_module("matrix", "report", str(big), "--out", str(out))
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)
+    assert files(out) == sorted(OUTPUTS)
     assert (out / "index.html").read_text().endswith("</html>\n")
 
 
@@ -118,3 +133,31 @@ def test_an_output_name_holding_a_link_is_replaced_not_written_through(tmp_path)
     assert done.returncode == 0, done.stderr
     assert outside.read_text() == "keep me"
     assert not (out / "index.html").is_symlink() and (out / "index.html").read_text().endswith("</html>\n")
+
+
+def test_the_per_release_directory_is_never_followed_through_a_link(tmp_path):
+    out, before = last_report(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("cases", "releases"):
+        (out / name / "0.33.0.json").unlink(missing_ok=True)
+        (out / name / "0.33.0.html").unlink(missing_ok=True)
+        (out / name).rmdir()
+    (out / "cases").symlink_to(outside)
+    done = run_module("matrix", "report", str(small_input(tmp_path / "small")), "--out", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"cannot write the report into {out}" in done.stderr
+    assert list(outside.iterdir()) == [] and (out / "compat.json").read_bytes() == before["compat.json"]
+
+
+def test_a_release_the_next_report_no_longer_holds_leaves_no_file_behind(tmp_path):
+    """Its page and case file go once the new report is in place; a file of another shape there is not the
+    report's to remove."""
+    out, _ = last_report(tmp_path)
+    (out / "cases" / "notes.txt").write_text("mine")
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    write_suite(newer / "a.xml", "cuda-linux-v1-graph", [gate_case("t", "pin", "unset", "True")], vllm="0.34.0")
+    done = run_module("matrix", "report", str(newer), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert [p for p in files(out) if "/" in p] == ["cases/0.34.0.json", "cases/notes.txt", "releases/0.34.0.html"]

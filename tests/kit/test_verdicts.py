@@ -11,7 +11,7 @@ import json
 
 import jsonschema
 import pytest
-from builders import BUILT, CAP_WARNING, CUDA_NEW_KERNEL, CUDA_OLD_KERNEL, NATIVE, NOW, SCHEMA, suite
+from builders import BUILT, CAP_WARNING, CUDA_NEW_KERNEL, CUDA_OLD_KERNEL, NATIVE, NOW, SCHEMA, suite, written_compat
 
 from matrix.errors import MatrixError
 from matrix.judge.verdicts import load_verdict_rules
@@ -328,8 +328,7 @@ def test_compat_json_says_per_release_and_stack_which_architectures_get_the_v2_r
     report, _ = verdicts(tmp_path, path, measured, suite(tmp_path, "cuda-linux-v1-graph", NATIVE | none, vllm="0.29.0"))
     (cell,) = [c for c in report.versions["0.28.0"] if c.cell.id == "cuda-linux-v1-graph"]
     assert cell.envelope.execution.value == "native" and cell.superseded
-    document = json.loads("".join(render_json.chunks(report)))
-    jsonschema.validate(document, SCHEMA)
+    document = written_compat(report, tmp_path)
     releases = {v["vllm"]: v for v in document["versions"]}
     assert releases["0.28.0"]["v2_architectures"] == {
         "cuda": {
