@@ -15,7 +15,7 @@ from pathlib import Path
 from matrix.case_facts import TIMINGS, CaseFacts
 from matrix.envelope import MACHINE_NAMES, RUN_STAMP
 from matrix.errors import MatrixError
-from matrix.junit import outcome_word, parse, properties, suites
+from matrix.junit import outcome_word, parse_own, properties, suites
 from matrix.store.history_archive import (
     cached_entry,
     entry_files,
@@ -49,7 +49,7 @@ def normalised(directory: Path) -> dict[str, tuple[tuple[tuple[str, str], ...], 
     for path in sorted(directory.glob("*.xml")):
         suite_props: tuple[tuple[str, str], ...] = ()
         cases: dict[str, Case] = {}
-        for suite in suites(parse(path))[0]:
+        for suite in suites(parse_own(path))[0]:
             suite_props += _kept(suite.props, VOLATILE_SUITE_PROPERTIES)
             for case in suite.cases:
                 name = f"{case.get('classname', '')}::{case.get('name', '')}"
@@ -85,7 +85,7 @@ def result_differences(cached: Path, recomputed: Path) -> tuple[str, ...]:
 def timed_out(directory: Path) -> bool:
     """Whether a vLLM child of any case in ``directory``'s JUnit ran out of time (the case states it: CaseFacts)."""
     for path in directory.glob("*.xml"):
-        for suite in suites(parse(path))[0]:
+        for suite in suites(parse_own(path))[0]:
             if any(CaseFacts.from_properties(properties(case)).timed_out for case in suite.cases):
                 return True
     return False

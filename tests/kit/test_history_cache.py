@@ -417,3 +417,16 @@ def test_the_cache_is_named_by_its_variable_else_under_the_user_cache(tmp_path):
     expected = tmp_path / "wslpin-kit" / "history"
     assert history_archive.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == expected
     assert history_archive.cache_dir({}) == Path.home() / ".cache" / "wslpin-kit" / "history"
+
+
+def test_the_history_reads_its_own_files_without_the_safe_parser(tmp_path):
+    """The noxfile runs the history in nox's own Python, before any venv (and its defusedxml) exists."""
+    _one_failed_case(tmp_path, CaseFacts(timed_out=spelled(True)), "no answer")
+    code = (
+        "import sys; sys.modules['defusedxml'] = None\n"
+        "from pathlib import Path\n"
+        "from matrix.store.history import normalised, timed_out\n"
+        f"print(timed_out(Path({str(tmp_path)!r})), len(normalised(Path({str(tmp_path)!r}))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (0, "True 1\n"), done.stderr
