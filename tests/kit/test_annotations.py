@@ -96,12 +96,12 @@ def test_a_report_written_by_the_command_is_annotated_from_its_case_files(tmp_pa
     done = run_module("matrix", "report", str(results), "--out", str(tmp_path / "night"))
     assert done.returncode == 1, done.stderr
     compat = tmp_path / "night" / "compat.json"
-    done = run_module("matrix.commands.annotations", str(compat))
+    done = run_module("matrix", "annotations", str(compat))
     assert done.returncode == 0, done.stderr
     (line,) = [line for line in done.stdout.splitlines() if "cuda-wsl2new-v1-eager" in line]
     assert line.startswith("::error title=vLLM 0.33.0 cuda-wsl2new-v1-eager%3A regression::")
     assert line.endswith("::test_gate_value[pin] (rule wsl-no-pin)")
     (case_file,) = (tmp_path / "night" / "cases").iterdir()
     case_file.write_text(case_file.read_text() + " ")
-    done = run_module("matrix.commands.annotations", str(compat))
+    done = run_module("matrix", "annotations", str(compat))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "its SHA-256 differs" in done.stderr
