@@ -24,6 +24,7 @@ import yaml
 
 from matrix.cells import Host
 from matrix.text.progress import clock
+from matrix.variables import ANSWER_CACHE
 from repro import emulation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,6 +98,7 @@ class Nights:
     pages: Path
     pulls: Path
     attestations: Path
+    answers: Path  # vLLM's answers, kept across the nights (WSLPIN_ANSWER_CACHE)
     # Where a line goes as each night starts, as each of its jobs ends, and as it ends (the nights take minutes).
     say: Callable[[str], None] = print
     count: int = 0
@@ -121,6 +123,7 @@ class Nights:
             pages=tmp / "pages",
             pulls=tmp / "pulls.json",
             attestations=tmp / "attestations.txt",
+            answers=tmp / "answers",
             say=say,
         )
 
@@ -135,7 +138,8 @@ class Nights:
         runs_on = [job["runs_on"] for job in _plan_jobs(clone)]
         bash = shutil.which("bash")
         assert bash is not None
-        shell = gpu_runner_shell(night / "gpu-runner-shell", bash)
+        # One place for every night: the gate jobs' PATH names it, and vLLM's answers are kept by what that names.
+        shell = gpu_runner_shell(self.tmp / "gpu-runner-shell", bash)
         argv = [
             self.act,
             event,
@@ -151,6 +155,9 @@ class Nights:
             f"--env=WSLPIN_ACT_PAGES={self.pages}",
             f"--env=WSLPIN_ACT_PULLS={self.pulls}",
             f"--env=WSLPIN_ACT_ATTESTATIONS={self.attestations}",
+            # vLLM's answers, kept across the nights (repro/answers.py): the first night's gate job asks vLLM in
+            # its children, and the others', the same installation asking the same questions, read its answers.
+            f"--env={ANSWER_CACHE.name}={self.answers}",
             # What GitHub gives every run as github.token; the local origin and the CLI stand-in ask for no more.
             "--secret=GITHUB_TOKEN=the-nights-token",
             *([f"--input=cells={cells}"] if event == "workflow_dispatch" else []),
