@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -249,9 +250,10 @@ def test_each_release_is_followed_by_how_far_the_history_is_and_what_is_left(tmp
     assert said[0] == f"vLLM 0.31.0: computing (key {releases[0].key}), 1 of 3 releases"
     said = [line for line in said if not line.endswith(" of 3 releases")]
     computed, reused, last = said[1], said[3], said[5]
-    assert computed.startswith("1 of 3 releases in ") and computed.endswith("(1 to compute at ~0 s each)"), computed
-    assert "about " in computed and " left " in computed
-    assert reused.startswith("2 of 3 releases in ") and reused.endswith("; about 0 s left (1 to compute at ~0 s each)")
+    # The stand-in's second or so under load is no figure to hold: only the words around the times are.
+    left = r"; about \d+ s left \(1 to compute at ~\d+ s each\)"
+    assert re.fullmatch(rf"1 of 3 releases in \d+ s{left}", computed), computed
+    assert re.fullmatch(rf"2 of 3 releases in \d+ s{left}", reused), reused
     assert last.startswith("3 of 3 releases in ") and "left" not in last
     assert progress(1, 3, 5.0, 0, [5.0]) == "1 of 3 releases in 5 s; the rest are cached"
     assert progress(1, 13, 2.0, 12, []) == "1 of 13 releases in 2 s; 12 still to compute"
