@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
@@ -57,7 +58,7 @@ from matrix.commands.offline import (
     OfflineRun,
 )
 from matrix.errors import MatrixError
-from matrix.junit import kit_relative
+from matrix.junit import ERROR, FAILED, PASSED, SKIPPED, XFAIL, UnreadableError, kit_relative, outcome_word, parse
 from matrix.plan import cell_pytest_args, load_plan
 from matrix.store.groups import BENCH_GROUP, GROUP_TESTS
 from matrix.text.cli import KIT_ROOT, run_command_line
@@ -67,6 +68,8 @@ from repro.isolation import DEADLINE_VARIABLE
 CELLS = "cuda-*"
 # Gate first (no GPU, quick), the probe while the GPU is idle, the engines with what is left; then the bench.
 GROUPS = ("gate", "probe", "repro")
+# The groups, then the bench: what the log's lines count ("gate, 1 of 4: started").
+STEPS = len(GROUPS) + 1
 DEFAULT_BUDGET = 540.0
 # What the engine bench is kept: at least two minutes, whatever the groups before it would take.
 DEFAULT_BENCH_SECONDS = 150.0
@@ -167,6 +170,17 @@ def _stream(argv: list[str], env: dict[str, str], log: Log, stop_at: float) -> t
     return code, stopped
 
 
+def tally(junit: Path) -> str:
+    """What a group's JUnit says of its cases, by outcome (``24 passed, 3 skipped``), or why it says nothing."""
+    try:
+        counts = Counter(outcome_word(case) for case in parse(junit).iter("testcase"))
+    except UnreadableError as exc:
+        return f"no JUnit to read ({exc})"
+    return ", ".join(f"{counts[word]} {word}" for word in (PASSED, FAILED, ERROR, SKIPPED, XFAIL) if counts[word]) or (
+        "no case ran"
+    )
+
+
 def bench_command(python: str, plan: str, env: str, out: str, jobs: int) -> list[str]:
     """The bench group's one process (repro/engine_bench.py)."""
     return [python, "-m", "repro.engine_bench", "--plan", plan, "--env", env, "--out", out, "--jobs", str(jobs)]
@@ -184,7 +198,8 @@ def _bench(
         log.say(f"{BENCH_GROUP}: not started, the deadline has passed")
         return GroupRun(BENCH_GROUP, GroupStatus.NOT_STARTED, None, 0.0, "the run's deadline had passed")
     argv = bench_command(python, plan_record, env_record, str(out / BENCH_RECORD), jobs)
-    log.say(f"{BENCH_GROUP}: {' '.join(argv[1:])}; {deadline - time.time():.0f} s to the deadline")
+    left = f"{deadline - time.time():.0f} s to the deadline"
+    log.say(f"{BENCH_GROUP}, {STEPS} of {STEPS}: started, {left}: {' '.join(argv[1:])}")
     began = time.time()
     code, stopped = _stream(argv, env, log, deadline + STOP_GRACE)
     status = GroupStatus.STOPPED if stopped else GroupStatus.FINISHED
@@ -226,7 +241,7 @@ def run(out: Path, budget: float, jobs: int, cells: str = CELLS, bench_seconds: 
             if code != 0:
                 log.say(f"no {what} (exit {code}): nothing can be planned, so no group runs")
                 return 1
-        for group in GROUPS:
+        for number, group in enumerate(GROUPS, 1):
             if time.time() >= groups_deadline:
                 log.say(f"{group}: not started, the deadline has passed")
                 groups.append(GroupRun(group, GroupStatus.NOT_STARTED, None, 0.0, "the deadline had passed"))
@@ -234,7 +249,8 @@ def run(out: Path, budget: float, jobs: int, cells: str = CELLS, bench_seconds: 
             junit, probe = str(out / f"{group}.xml"), str(out / PROBE_RECORD)
             argv = [python, "-m", "pytest", *GROUP_TESTS[group], *cell_pytest_args(cells, junit, probe, plan_record)]
             argv.append(f"--repro-jobs={jobs}")
-            log.say(f"{group}: {' '.join(argv[1:])}")
+            left = f"{cut - time.time():.0f} s left for the groups"
+            log.say(f"{group}, {number} of {STEPS}: started, {left}: {' '.join(argv[1:])}")
             began = time.time()
             code, stopped = _stream(argv, env, log, cut)
             if os.path.isfile(junit):
@@ -242,7 +258,7 @@ def run(out: Path, budget: float, jobs: int, cells: str = CELLS, bench_seconds: 
                 Path(junit).write_text(_unplaced(Path(junit).read_text(errors="replace"), places))
             status = GroupStatus.STOPPED if stopped else GroupStatus.FINISHED
             groups.append(GroupRun(group, status, code, round(time.time() - began, 1)))
-            log.say(f"{group}: {status} after {time.time() - began:.0f} s, exit {code}")
+            log.say(f"{group}: {status} after {time.time() - began:.0f} s, exit {code}: {tally(Path(junit))}")
         groups.append(
             _bench(
                 python, out, env_record, plan_record, base | {DEADLINE_VARIABLE: f"{deadline:.3f}"}, log, deadline, jobs

@@ -145,7 +145,8 @@ def run_history(
     ``fresh``: compute every release. ``recheck``: compute these even if cached, and report where they differ
     from the cached copy (which is then kept, not replaced: which side is wrong is for a person to find out).
     A computation that raises stores nothing; one that writes no file (``nox --install-only``) neither, nor one
-    in which a vLLM child timed out (``timed_out``). After each release, a line says how far it is (``progress``).
+    in which a vLLM child timed out (``timed_out``). A line says when a release's computation starts; after each
+    release, a line says what was done and how long it took, and one how far the history is (``progress``).
     """
     outcomes = []
     began = time.perf_counter()
@@ -173,6 +174,11 @@ def run_history(
             place(found, results / version)
             outcome = Outcome(version, key, "reused", time.perf_counter() - started, source=source)
         else:
+            # A computation takes a minute or more: say which release it is on before it starts.
+            doing = "computing"
+            if found is not None and version in recheck:
+                doing = f"recomputing to check {'its committed copy' if source == 'committed' else 'its cached copy'}"
+            say(f"vLLM {version}: {doing} (key {key}), {index + 1} of {len(releases)} releases")
             where = scratch / version
             shutil.rmtree(where, ignore_errors=True)
             where.mkdir(parents=True)

@@ -14,12 +14,17 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from matrix.cells import Host
+from matrix.text.progress import clock
+from matrix.variables import ANSWER_CACHE
 from repro import emulation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,10 +98,13 @@ class Nights:
     pages: Path
     pulls: Path
     attestations: Path
+    answers: Path  # vLLM's answers, kept across the nights (WSLPIN_ANSWER_CACHE)
+    # Where a line goes as each night starts, as each of its jobs ends, and as it ends (the nights take minutes).
+    say: Callable[[str], None] = print
     count: int = 0
 
     @classmethod
-    def start(cls, act: str, tmp: Path) -> Nights:
+    def start(cls, act: str, tmp: Path, say: Callable[[str], None] = print) -> Nights:
         origin = tmp / "origin.git"
         git = ["git", f"--git-dir={origin}", f"--work-tree={ROOT}"]
         subprocess.run(["git", "clone", "--quiet", "--bare", str(ROOT), str(origin)], check=True)
@@ -115,6 +123,8 @@ class Nights:
             pages=tmp / "pages",
             pulls=tmp / "pulls.json",
             attestations=tmp / "attestations.txt",
+            answers=tmp / "answers",
+            say=say,
         )
 
     def run(self, event: str, runner_kinds: str, cells: str = "", attest: bool = False) -> Night:
@@ -128,7 +138,8 @@ class Nights:
         runs_on = [job["runs_on"] for job in _plan_jobs(clone)]
         bash = shutil.which("bash")
         assert bash is not None
-        shell = gpu_runner_shell(night / "gpu-runner-shell", bash)
+        # One place for every night: the gate jobs' PATH names it, and vLLM's answers are kept by what that names.
+        shell = gpu_runner_shell(self.tmp / "gpu-runner-shell", bash)
         argv = [
             self.act,
             event,
@@ -144,6 +155,9 @@ class Nights:
             f"--env=WSLPIN_ACT_PAGES={self.pages}",
             f"--env=WSLPIN_ACT_PULLS={self.pulls}",
             f"--env=WSLPIN_ACT_ATTESTATIONS={self.attestations}",
+            # vLLM's answers, kept across the nights (repro/answers.py): the first night's gate job asks vLLM in
+            # its children, and the others', the same installation asking the same questions, read its answers.
+            f"--env={ANSWER_CACHE.name}={self.answers}",
             # What GitHub gives every run as github.token; the local origin and the CLI stand-in ask for no more.
             "--secret=GITHUB_TOKEN=the-nights-token",
             *([f"--input=cells={cells}"] if event == "workflow_dispatch" else []),
@@ -152,11 +166,46 @@ class Nights:
         ]
         path = os.pathsep.join([str(shell), str(GITHUB_CLI), _host_environment()["PATH"]])
         env = {**_host_environment(), "PATH": path}
-        done = subprocess.run(
-            argv, cwd=clone, env=env, capture_output=True, text=True, timeout=NIGHT_TIMEOUT_S, check=False
+        name = f"night {self.count}"
+        self.say(f"{name}: {event}, runner kinds {runner_kinds}{f', cells {cells}' if cells else ''}: started")
+        started = time.monotonic()
+        returncode, log = _watch(argv, clone, env, night, lambda line: self.say(f"{name}: {line}"))
+        done = Night(returncode, log, artifacts, self.pages)
+        jobs = ", ".join(f"{job} {result}" for job, result in done.results().items())
+        self.say(
+            f"{name}: ended in {clock(time.monotonic() - started)}, act exit {returncode} ({jobs or 'no job ran'})"
         )
-        (night / "act.jsonl").write_text(done.stdout)
-        return Night(done.returncode, _log(done.stdout), artifacts, self.pages)
+        return done
+
+
+def _watch(argv: list[str], cwd: Path, env: dict[str, str], night: Path, say: Callable[[str], None]):
+    """Run act, saying each job's result as act's JSON log ends that job; the log kept in ``night``.
+
+    Returns act's exit status and its log; raises ``subprocess.TimeoutExpired`` past ``NIGHT_TIMEOUT_S``, as
+    ``subprocess.run`` did.
+    """
+    started = time.monotonic()
+    lines: list[str] = []
+    with (night / "act.stderr").open("w") as stderr:
+        act = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        timed_out = threading.Event()
+        timer = threading.Timer(NIGHT_TIMEOUT_S, lambda: (timed_out.set(), act.kill()))
+        timer.start()
+        try:
+            assert act.stdout is not None
+            for line in act.stdout:
+                lines.append(line)
+                entry = _entry(line)
+                if entry is not None and "jobResult" in entry:
+                    say(f"job {_job(entry)}: {entry['jobResult']} at +{clock(time.monotonic() - started)}")
+            returncode = act.wait()
+        finally:
+            timer.cancel()
+    stdout = "".join(lines)
+    (night / "act.jsonl").write_text(stdout)
+    if timed_out.is_set():
+        raise subprocess.TimeoutExpired(argv, NIGHT_TIMEOUT_S, output=stdout)
+    return returncode, _log(stdout)
 
 
 def _host_environment() -> dict[str, str]:
@@ -181,7 +230,17 @@ def _plan_jobs(clone: Path) -> list[dict]:
 
 
 def _log(stdout: str) -> list[dict]:
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return [entry for line in stdout.splitlines() if (entry := _entry(line)) is not None]
+
+
+def _entry(line: str) -> dict | None:
+    """One line of act's ``--json`` log, or None for a line it printed otherwise."""
+    return json.loads(line) if line.startswith("{") else None
+
+
+def _job(entry: dict) -> str:
+    """A job's name in act's log; a matrix job's with its runner kind (``cell cuda-wsl2new``)."""
+    return " ".join(filter(None, [entry["jobID"], entry["matrix"].get("name")]))
 
 
 @dataclass
@@ -199,11 +258,7 @@ class Night:
         act keeps one result per job, which its matrix jobs share: once one runner kind's job fails, every kind's
         logs "failure" (``failed_steps`` tells them apart).
         """
-        return {
-            " ".join(filter(None, [line["jobID"], line["matrix"].get("name")])): line["jobResult"]
-            for line in self.log
-            if "jobResult" in line
-        }
+        return {_job(line): line["jobResult"] for line in self.log if "jobResult" in line}
 
     def outputs(self, job: str) -> dict[str, str]:
         """The outputs a job's steps set, as act read them from GITHUB_OUTPUT."""

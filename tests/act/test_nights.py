@@ -117,9 +117,18 @@ def test_a_night_with_native_results_for_two_cells_keeps_them_and_deploys_every_
     assert "measured" in answer.stdout
 
 
+def kept_answers(nights: Nights) -> set[str]:
+    return {p.name for p in nights.answers.iterdir()} if nights.answers.is_dir() else set()
+
+
 def test_a_night_with_every_runner_down_deploys_nothing_and_leaves_the_site_as_it_was(nights: Nights):
     deployed, head, evidence = site(nights.pages), in_origin(nights, "rev-parse", "main"), evidence_head(nights)
+    asked = kept_answers(nights)
     night = nights.run("schedule", "none")
+    if asked:
+        # After a night that asked vLLM, this night's gate job, the same installation in a workspace of its own,
+        # was given every answer (repro/answers.py) and asked vLLM nothing: it kept no new one.
+        assert kept_answers(nights) == asked
     results = night.results()
     # No cell job at all: an empty matrix would fail, so the job's condition skips it.
     assert not any(job.startswith("cell") for job in results), results

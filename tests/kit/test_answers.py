@@ -132,3 +132,60 @@ def test_a_copy_of_the_kit_has_its_key_whatever_lies_beside_its_sources(tmp_path
     assert key(kit) == copied
     (kit / "repro" / "gate_extra.py").write_text("CHANGED = True\n")
     assert key(kit) != copied
+
+
+def test_the_same_installation_in_another_place_finds_the_same_answers(tmp_path):
+    """Each of `nox -s act`'s nights runs its gate job in a workspace, a venv and a runner directory of its own: a
+    path under one of those is named by its place, in the key and in the question, so the second night finds the
+    first's answer; any other difference (what is installed, where else PATH looks) is still asked afresh."""
+    root = Path(__file__).resolve().parents[2]
+    marks = tmp_path / "marks"
+    code = (
+        f"import os, sys; sys.path.insert(0, {str(root)!r}); from repro.answers import run_remembered\n"
+        "def asked(path):\n"
+        f"    open({str(marks)!r}, 'a').write('ran\\n')\n"
+        "    return os.path.basename(path)\n"
+        "(outcome,) = run_remembered('t.placed', asked, [os.environ['RUNNER_TEMP'] + '/model'], timeout=60)\n"
+        "print(outcome.value)\n"
+    )
+
+    def made(place: Path) -> Path:
+        """A venv there with a stand-in vLLM installed as a wheel installs it: its RECORD names its files by hash,
+        the script in the venv's bin/ too, whose first line names the venv's Python."""
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(place / "venv")], check=True)
+        (site,) = (place / "venv" / "lib").glob("python3*/site-packages")
+        (site / "vllm").mkdir()
+        (site / "vllm" / "__init__.py").write_text("")
+        info = site / "vllm-0.0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.0.1\n")
+        script = f"#!{place / 'venv' / 'bin' / 'python'}\n"
+        (info / "RECORD").write_text(
+            f"../../../bin/vllm,sha256={hash(script)},{len(script)}\nvllm/__init__.py,sha256=e3b0,0\n"
+        )
+        return place
+
+    def ask(place: Path, elsewhere: str = "") -> int:
+        """The question asked from the venv there, with the runner's directory there; how many children ran so far."""
+        temp = place / "runner-temp"
+        paths = [str(place / "venv" / "bin"), str(temp / "setup-python" / "bin"), *filter(None, [elsewhere])]
+        env = {
+            "PATH": os.pathsep.join([*paths, os.environ["PATH"]]),
+            "RUNNER_TEMP": str(temp),
+            CACHE_VARIABLE: str(tmp_path / "answers"),
+        }
+        python = str(place / "venv" / "bin" / "python")
+        done = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0 and done.stdout == "model\n", done.stderr
+        return runs(marks)
+
+    one, two = made(tmp_path / "night-1"), made(tmp_path / "night-2")
+    assert ask(one) == 1
+    assert ask(two) == 1
+    assert ask(two, elsewhere=str(tmp_path / "stand-in-gpu")) == 2
+    (site,) = (two / "venv" / "lib").glob("python3*/site-packages")
+    (site / "something_else-1.0.dist-info").mkdir()
+    assert ask(two) == 3
+    record = site / "vllm-0.0.1.dist-info" / "RECORD"
+    record.write_text(record.read_text().replace("vllm/__init__.py,sha256=e3b0,0", "vllm/__init__.py,sha256=f00d,1"))
+    assert ask(two) == 4  # a file of the package itself changed

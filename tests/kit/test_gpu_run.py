@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ from matrix.commands.offline import (
     group_junit,
 )
 from matrix.host.facts import torch_info, vllm_info
-from matrix.junit import parse, properties
+from matrix.junit import outcome_word, parse, properties
 from matrix.plan import CellPlan, Execution
 from repro import gpu_run
 
@@ -137,6 +138,14 @@ def test_the_dry_run_writes_every_group_within_the_limits(dry_run):
     )
     log = (out / "gpu-run.log").read_text()
     assert f"bench: skipped: {why}" in log and "--plan=$RUN_TMP/plan.json" in log
+    # As it goes, the log says which group has started, then how it ended, after how long, with its cases' tally.
+    for number, group in enumerate(gpu_run.GROUPS, 1):
+        assert re.search(rf"\] {group}, {number} of 4: started, \d+ s left for the groups: -m pytest ", log), group
+        ended = re.search(rf"\] {group}: finished after \d+ s, exit 0: (.+)\n", log)
+        assert ended, group
+        said = {word: int(n) for n, word in (part.split(" ", 1) for part in ended[1].split(", "))}
+        assert said == Counter(outcome_word(case) for case in parse(out / f"{group}.xml").iter("testcase"))
+    assert gpu_run.tally(out / "bench.xml").startswith("no JUnit to read (")
     # The groups before the bench end the bench's seconds before the run's deadline, their children earlier still.
     kept = gpu_run.DEFAULT_BENCH_SECONDS + gpu_run.STOP_GRACE
     assert run["groups_deadline_s"] == pytest.approx(run["deadline_s"] - kept, abs=0.2)
