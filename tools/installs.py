@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 from nox.virtualenv import PassthroughEnv
 
 from matrix import variables
@@ -56,6 +57,14 @@ class TorchSource:
     options: tuple[str, ...]
     said: str
     cpu: bool = True  # False: nothing here makes the build a CPU one (pip without a wheel directory or mirror)
+
+
+# uv's own way to PyTorch's CPU index; where that index cannot be reached, the package index's torch instead.
+BACKEND = ("--torch-backend", "cpu")
+UNREACHABLE = (
+    "PyTorch's CPU index cannot be reached from here: torch from the package index instead, CUDA's build on Linux "
+    f"(several GB); set {TORCH_INDEX} to a mirror of that index, or UV_FIND_LINKS to a directory holding its CPU wheel"
+)
 
 
 def cpu_torch(environ: Mapping[str, str], uv: bool) -> TorchSource:
@@ -120,7 +129,15 @@ def install_torch(session: nox.Session, install: Installer, *requirements: str) 
     """``requirements`` (torch, or what pins it) with torch's CPU build, saying where it comes from."""
     source = cpu_torch(os.environ, install.uv)
     (session.log if source.cpu else session.warn)(source.said)
-    install(*source.options, *requirements)
+    try:
+        install(*source.options, *requirements)
+    except CommandFailed:
+        if source.options != BACKEND:
+            raise
+        # A network that lets the package index through but not PyTorch's (a firewall, a proxy that knows one
+        # registry): the session still runs, with the build the package index has.
+        session.warn(UNREACHABLE)
+        install(*requirements)
 
 
 def install(session: nox.Session, vllm: str, full: bool, python: str | None = None) -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from conftest import on_loopback
+from nox.command import CommandFailed
 
-from tools.installs import TORCH_INDEX, Installer, cpu_torch, install_torch
+from tools.installs import TORCH_INDEX, UNREACHABLE, Installer, cpu_torch, install_torch
 
 TORCH = "torch==2.13.0"
 CPU_BACKEND = ("--torch-backend", "cpu")
@@ -69,6 +70,28 @@ def test_the_session_installs_torch_with_the_options_and_says_where_it_comes_fro
     monkeypatch.setenv("UV_FIND_LINKS", "/wheels")
     install_torch(said, Installer(lambda *args: commands.append(args), uv=True), TORCH)  # type: ignore[arg-type]
     assert commands[-1] == (TORCH,) and said.lines[-1][1].endswith("UV_FIND_LINKS names (/wheels)")
+
+
+def test_where_pytorchs_index_cannot_be_reached_torch_comes_from_the_package_index(monkeypatch):
+    """A network that lets the package index through but not PyTorch's: the session warns and goes on. (The
+    installer stands in for uv, which fails so where the index's address does not resolve, as on this kit's CI.)"""
+    for name in ("UV_FIND_LINKS", "UV_TORCH_BACKEND", TORCH_INDEX):
+        monkeypatch.delenv(name, raising=False)
+    commands: list[tuple[str, ...]] = []
+
+    def unreachable(*args: str) -> None:
+        commands.append(args)
+        if "--torch-backend" in args:
+            raise CommandFailed("dns error")
+
+    said = _Said()
+    install_torch(said, Installer(unreachable, uv=True), TORCH)  # type: ignore[arg-type]
+    assert commands == [(*CPU_BACKEND, TORCH), (TORCH,)]
+    assert said.lines[-1] == ("warn", UNREACHABLE)
+    # A mirror the user named is not second-guessed: its failure is the session's.
+    monkeypatch.setenv(TORCH_INDEX, "http://mirror/cpu")
+    with pytest.raises(CommandFailed):
+        install_torch(said, Installer(lambda *args: unreachable("--torch-backend", *args), uv=True), TORCH)  # type: ignore[arg-type]
 
 
 def _uv() -> str:
