@@ -120,9 +120,15 @@ def test_a_copy_of_the_kit_has_its_key_whatever_lies_beside_its_sources(tmp_path
     for folder in ("matrix", "repro"):
         shutil.copytree(root / folder, kit / folder, ignore=shutil.ignore_patterns("__pycache__"))
 
+    # A PATH through the kit's own folders (a venv made inside the checkout, as on the fresh machine of .ci/run)
+    # names the kit by its place, which a copy is not: both sides are asked without those folders.
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if not p.startswith(str(root)))
+    env = {**os.environ, "PATH": path}
+
     def key(where: Path) -> str:
         code = f"import sys; sys.path.insert(0, {str(where)!r}); import repro.answers as a; print(a.environment_key())"
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+        return done.stdout
 
     copied = key(kit)
     assert copied == key(root)
