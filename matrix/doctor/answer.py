@@ -6,7 +6,6 @@ doctor cannot answer is a ``RefusedError`` holding one small record of why; ``re
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, Union
 
@@ -398,7 +397,7 @@ def _verdicts(setup: SetUp, release: Release, entry: CellEntry, pin: Setting) ->
     if setup.host_note is HostNote.VERSION_UNREADABLE and setup.host is Host.WSL2OLD:
         # The GPU is there (the kernel is new enough for it) and vLLM decides as below its gate, never reading the
         # variable: what the new kernel's cell does with it unset.
-        newer = release.entry(dataclasses.replace(entry.cell, host=Host.WSL2NEW))
+        newer = release.entry(entry.cell._replace(host=Host.WSL2NEW))
         kept = [v.kept.get(UNSET) for v in newer.verdicts] if newer else []
         if kept and all(kept):
             return Basis.NOT_READ, tuple(_shown(k, v.question) for k, v in zip(kept, published) if k)
