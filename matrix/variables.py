@@ -7,7 +7,7 @@ says what vLLM will make of the values a user has set (``vllm_reads``).
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # Not a value vLLM reads: the variable is absent from the environment, vLLM's default.
 UNSET = "unset"
@@ -21,8 +21,8 @@ GATE_PIN_VALUES = (UNSET, OPT_IN)
 BENCH_PIN_VALUES = (UNSET, "0", "1")
 
 
-@dataclass(frozen=True)
-class Variable:
+# A NamedTuple, not a dataclass: the doctor imports this module, and importing dataclasses would cost its start 5 ms.
+class Variable(NamedTuple):
     name: str
     does: str
     # Every value the kit sets; UNSET removes the variable. (): a value the run computes (a directory of its own, a

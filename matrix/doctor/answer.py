@@ -6,10 +6,8 @@ doctor cannot answer is a ``RefusedError`` holding one small record of why; ``re
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from dataclasses import dataclass
-from typing import Generic, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, Union
 
 from matrix.cells import Cell, Host, Mode, ModelClass, Runner, Stack
 from matrix.doctor.published import (
@@ -64,14 +62,21 @@ class HostNote(enum.Enum):
     WSL1 = "wsl1"  # no GPU reaches WSL1; vLLM reads its 4.4.0 kernel as an old WSL2 one
 
 
-@dataclass(frozen=True)
-class Chosen(Generic[T]):
-    value: T
-    source: Source
+# NamedTuples, not dataclasses: made at every start of the doctor, whose budget is 2x a bare Python's start.
+if TYPE_CHECKING:  # a generic NamedTuple needs Python 3.11 at run time, and the doctor runs on 3.8
+
+    class Chosen(NamedTuple, Generic[T]):
+        value: T
+        source: Source
+
+else:
+
+    class Chosen(NamedTuple):
+        value: Any
+        source: Source
 
 
-@dataclass(frozen=True)
-class Asked:
+class Asked(NamedTuple):
     """The flags: each None where the machine is to be read instead."""
 
     kernel: str | None = None
@@ -94,8 +99,7 @@ class Reads(enum.Enum):
     NOT_READ = "not-read"  # the release answering predates the variable
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     """One of the variables the doctor reads, as set here and as vLLM reads it."""
 
     variable: Variable
@@ -113,8 +117,7 @@ def _setting(variable: Variable, value: str | None, release: tuple[int, ...] | N
     return Setting(variable, value, Reads.UNREADABLE if read is None else Reads.ON if read else Reads.OFF)
 
 
-@dataclass(frozen=True)
-class SetUp:
+class SetUp(NamedTuple):
     kernel: Chosen[str]  # a uname release
     kernel_read: bool  # False: the machine's release is not one the doctor can read, and ``host`` is assumed
     host: Host  # as vLLM reads the uname
@@ -132,34 +135,30 @@ class SetUp:
     origin: str = ""  # where the machine's facts came from when not this machine (``collected``): a file
 
 
-# Why the doctor cannot answer: one record each, worded by render.refusal.
-@dataclass(frozen=True)
-class UnreadableKernel:
+# Why the doctor cannot answer: one record each, worded by render.refusal, which tells them apart by their class
+# (as tuples, no two could be equal: their fields differ in number or kind).
+class UnreadableKernel(NamedTuple):
     release: str  # --kernel's value: not a `uname -r` release
 
 
-@dataclass(frozen=True)
-class NoStack:
+class NoStack(NamedTuple):
     kernel: str
     host: Host
     reason: str  # what detection found instead
     where: str = "here"  # this machine, or "in <the file>" for another's
 
 
-@dataclass(frozen=True)
-class NotARelease:
+class NotARelease(NamedTuple):
     asked: Chosen[str]  # --vllm's value or the installed version
 
 
-@dataclass(frozen=True)
-class OlderThanAll:
+class OlderThanAll(NamedTuple):
     asked: str
     matrix: str
     oldest: str
 
 
-@dataclass(frozen=True)
-class NoCell:
+class NoCell(NamedTuple):
     matrix: str
     cell: Cell
     vllm: str
@@ -274,8 +273,7 @@ class Basis(enum.Enum):
     PUBLISHED_UNSET = "published-unset"
 
 
-@dataclass(frozen=True)
-class Shown:
+class Shown(NamedTuple):
     """One question's answer as the doctor gives it for this set-up."""
 
     question: Question
@@ -284,8 +282,7 @@ class Shown:
     said: Kept | None  # the published words (advice, why); None where the doctor's own reason stands (ENGINE_STOPS)
 
 
-@dataclass(frozen=True)
-class ByArchitecture:
+class ByArchitecture(NamedTuple):
     """How a release that picks its runner by architecture picked it for the model asked about."""
 
     architecture: str
@@ -294,8 +291,7 @@ class ByArchitecture:
     moe_from: Source  # FLAG (--moe), MODEL (config.json), MATRIX (the release's list of MoE architectures), DEFAULT
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
     setup: SetUp
     matrix: str  # the file's name in messages
     release: Release
@@ -401,7 +397,7 @@ def _verdicts(setup: SetUp, release: Release, entry: CellEntry, pin: Setting) ->
     if setup.host_note is HostNote.VERSION_UNREADABLE and setup.host is Host.WSL2OLD:
         # The GPU is there (the kernel is new enough for it) and vLLM decides as below its gate, never reading the
         # variable: what the new kernel's cell does with it unset.
-        newer = release.entry(dataclasses.replace(entry.cell, host=Host.WSL2NEW))
+        newer = release.entry(entry.cell._replace(host=Host.WSL2NEW))
         kept = [v.kept.get(UNSET) for v in newer.verdicts] if newer else []
         if kept and all(kept):
             return Basis.NOT_READ, tuple(_shown(k, v.question) for k, v in zip(kept, published) if k)

@@ -15,10 +15,9 @@ import enum
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from matrix.cells import Axis, Cell, ModelClass, Runner, Stack
 from matrix.errors import MatrixError
@@ -46,8 +45,8 @@ T = TypeVar("T")
 REGENERATE = "regenerate it with `nox -s report`, or pass --matrix PATH"
 
 
-@dataclass(frozen=True)
-class Kept:
+# NamedTuples, not dataclasses: made at every start of the doctor, whose budget is 2x a bare Python's start.
+class Kept(NamedTuple):
     """The answer for one who keeps VLLM_WSL2_ENABLE_PIN_MEMORY at a value (compat.json's ``kept``)."""
 
     verdict: Verdict
@@ -56,8 +55,7 @@ class Kept:
     why: str
 
 
-@dataclass(frozen=True)
-class QuestionVerdict:
+class QuestionVerdict(NamedTuple):
     question: Question
     verdict: Verdict
     level: Level
@@ -65,11 +63,10 @@ class QuestionVerdict:
     why: str
     issues: tuple[str, ...]  # the issues the verdict's rules name (URLs)
     # Per value of the variable ("unset", "1"); empty in a matrix made before the report wrote them.
-    kept: Mapping[str, Kept] = field(default_factory=dict)
+    kept: Mapping[str, Kept]
 
 
-@dataclass(frozen=True)
-class CellEntry:
+class CellEntry(NamedTuple):
     cell: Cell
     command: str
     evidence: tuple[str, ...]
@@ -86,13 +83,13 @@ class CellEntry:
 
 # A version as pip spells one (PEP 440, case-insensitive): the release, then a pre-release, post-release,
 # development or local part. ``0.33.0rc1``, ``0.33.0.post1``, ``0.34.0.dev12+g1a2b3c``, ``0.33.0+cu129``.
-_VERSION = re.compile(
+# Compiled where it is used (re's cache), as only a version asked about or installed needs it.
+_VERSION = (
     r"v?(?P<release>\d+(?:\.\d+)*)"
     r"(?P<pre>[-_.]?(?:alpha|beta|preview|pre|rc|a|b|c)[-_.]?\d*)?"
     r"(?P<post>[-_.]?(?:post|rev|r)[-_.]?\d*)?"
     r"(?P<dev>[-_.]?dev[-_.]?\d*)?"
-    r"(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?",
-    re.IGNORECASE,
+    r"(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?"
 )
 
 
@@ -105,8 +102,7 @@ class Kind(enum.Enum):
     POST = "post"  # a post-release of it
 
 
-@dataclass(frozen=True)
-class Version:
+class Version(NamedTuple):
     """A vLLM version asked about or installed."""
 
     text: str  # as given
@@ -117,7 +113,7 @@ class Version:
 
 def parse_version(text: str) -> Version | None:
     """``text`` as a version pip would accept; None when it is not one."""
-    match = _VERSION.fullmatch(text.strip())
+    match = re.fullmatch(_VERSION, text.strip(), re.IGNORECASE)
     if match is None:
         return None
     release = match["release"]
@@ -145,8 +141,7 @@ def release_number(text: str) -> tuple[int, ...] | None:
     return tuple(number)
 
 
-@dataclass(frozen=True)
-class V2Architectures:
+class V2Architectures(NamedTuple):
     """How a release that picks its runner by the model's architecture picks it (compat.json's v2_architectures)."""
 
     listed: tuple[str, ...]  # vLLM's DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES on the stack's platform
@@ -160,8 +155,7 @@ class V2Architectures:
 RUNNER_KEYS = tuple(f"{listed}-{kind.value}" for listed in ("listed", "unlisted") for kind in ModelClass)
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(NamedTuple):
     vllm: str
     number: tuple[int, ...]
     default_runners: Mapping[ModelClass, Runner]  # the runner vLLM picks with the variable unset; absent: not said
@@ -176,8 +170,7 @@ class Release:
         return read() if read is not None else None
 
 
-@dataclass(frozen=True)
-class Listed:
+class Listed(NamedTuple):
     """A release as the matrix lists it: its number, and how to read its answers (``read``) once it is chosen."""
 
     vllm: str
@@ -185,8 +178,7 @@ class Listed:
     read: Callable[[], Release]
 
 
-@dataclass(frozen=True)
-class Published:
+class Published(NamedTuple):
     name: str  # how messages name the file
     releases: tuple[Listed, ...]  # newest first
     generated_at: str = ""  # when the report was made, as written ("" where the file does not say)
@@ -391,10 +383,12 @@ def _by_line(index: dict[str, Any], lines: list[bytes], name: str) -> tuple[List
     def cell(at: int, cell_id: str, where: str) -> CellEntry:
         return _cell(value(at), cell_id, where)
 
-    def release(at: int, vllm: str, number: tuple[int, ...], cells: Mapping[str, Callable[[], CellEntry]]) -> Release:
+    def release(at: int, vllm: str, number: tuple[int, ...], ids: list[str]) -> Release:
         obj = value(at)
         if _get(obj, "vllm", str, f"line {at + 1}") != vllm:
             raise _ShapeError(f"line {at + 1} is not version {vllm}'s, which the index places there")
+        where = f"version {vllm}"
+        cells = {cell_id: _checked(name, partial(cell, at + 1 + i, cell_id, where)) for i, cell_id in enumerate(ids)}
         return _release(obj, vllm, number, cells)
 
     found, at = [], 1
@@ -404,8 +398,7 @@ def _by_line(index: dict[str, Any], lines: list[bytes], name: str) -> tuple[List
         ids = _get(version, "cells", list, where)
         if not all(isinstance(cell_id, str) for cell_id in ids):
             raise _ShapeError(f"{where} has cells that are not cell ids")
-        cells = {cell_id: _checked(name, partial(cell, at + 1 + i, cell_id, where)) for i, cell_id in enumerate(ids)}
-        found.append(Listed(vllm, number, _checked(name, partial(release, at, vllm, number, cells))))
+        found.append(Listed(vllm, number, _checked(name, partial(release, at, vllm, number, ids))))
         at += 1 + len(ids)
     return tuple(found)
 

@@ -12,8 +12,7 @@ import json
 import platform
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from matrix.cells import WSL2_PIN_KERNEL, Host, Stack
 
@@ -102,31 +101,31 @@ SEGMENT_CHANGES = 0.3
 WORD_NAME = 3
 
 
-@dataclass(frozen=True)
-class Gpu:
+# NamedTuples, not dataclasses: the doctor imports this module, and importing dataclasses would cost its start 5 ms.
+class Gpu(NamedTuple):
     name: str
     driver: str = ""
 
 
-@dataclass(frozen=True)
-class HostFacts:
+class HostFacts(NamedTuple):
     """Everything detection needs, as plain values."""
 
+    # The empty dicts by default (environ, tools) are one each, shared by every HostFacts that leaves them out:
+    # they are read, never written.
     uname: dict[str, str]
-    environ: dict[str, str] = field(default_factory=dict)
+    environ: dict[str, str] = {}
     wsl_interop: bool = False
     dev_kfd: bool = False
     dev_dxg: bool = False
     nvidia_gpus: tuple[Gpu, ...] = ()
     amd_gpus: tuple[Gpu, ...] = ()
-    tools: dict[str, str | None] = field(default_factory=dict)
+    tools: dict[str, str | None] = {}
     wsl_exe_version: str | None = None
     torch: dict[str, str | None] | None = None
     vllm: dict[str, str | None] | None = None
 
 
-@dataclass(frozen=True)
-class DetectedHost:
+class DetectedHost(NamedTuple):
     """This machine as the matrix sees it."""
 
     host: Host
@@ -282,8 +281,7 @@ def _redact_url(url: str) -> str:
     )
 
 
-@dataclass(frozen=True)
-class Names:
+class Names(NamedTuple):
     """What names one machine and its user, as the machine itself knows it: none of it is for a public record.
 
     ``homes`` (longest first) are shown as ``~``; ``hosts``, ``distros`` and ``users`` as ``<host>``,
@@ -358,7 +356,11 @@ def _literal_names(known: Names) -> re.Pattern[str] | None:
     return re.compile("|".join(groups), re.IGNORECASE) if groups else None
 
 
-def scrub(value: str, known: Names = Names()) -> str:
+# scrub's default: no machine's names, only what goes by its shape.
+_NO_NAMES = Names()
+
+
+def scrub(value: str, known: Names = _NO_NAMES) -> str:
     """A value fit for a public record: credentials, e-mail and private network addresses by their shape replaced,
     a home directory shown as ``~``, a WSL distribution reached from Windows as ``<distro>``; and each of ``known``
     (this machine's names, besides the usual places of a home) replaced by its placeholder."""
@@ -425,7 +427,7 @@ def environment_record(facts: HostFacts, pinned_allocation: dict | None = None) 
             "wsl_exe_version": facts.wsl_exe_version,
         },
         "gpu": {
-            "devices": [asdict(g) for g in facts.nvidia_gpus + facts.amd_gpus],
+            "devices": [g._asdict() for g in facts.nvidia_gpus + facts.amd_gpus],
             "dev_kfd": facts.dev_kfd,
             "dev_dxg": facts.dev_dxg,
             "tools": dict(facts.tools),

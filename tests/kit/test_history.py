@@ -15,6 +15,7 @@ from builders import NOW, envelope, gate_case, written_compat
 from conftest import ROOT, run_module
 from package_index import point_pip_at, refusing_url, served, write_index
 
+from matrix.cells import Cell
 from matrix.errors import MatrixError
 from matrix.host.classify import ENV_SCHEMA
 from matrix.host.facts import collect_environment
@@ -94,9 +95,7 @@ def test_evidence_and_probes(tmp_path):
     report = build_report(
         [str(rocm_new_kernel(tmp_path, "0.33.0", "True"))], kit_commit="t", now=NOW, probes=str(probes)
     )
-    cell = report.cell(
-        "0.33.0", *__import__("matrix.cells").cells.Cell.parse("rocm-wsl2new-v1-graph").__dict__.values()
-    )
+    cell = report.cell("0.33.0", *Cell.parse("rocm-wsl2new-v1-graph"))
     assert report.evidence(cell) == [
         Evidence(EvidenceKind.GATE_ONLY, "2026-11-29", "0.33.0"),
         Evidence(EvidenceKind.PROBE, "2026-11-20", "Radeon RX 7900 XTX", passed=False),
