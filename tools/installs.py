@@ -19,7 +19,6 @@ puts first on ``sys.path``, so ``nox -f path/to/noxfile.py`` from anywhere finds
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import sys
@@ -43,11 +42,13 @@ GATE_LOCK = "requirements/gate.txt"
 INSTALLED = "installed"
 TORCH_INDEX = variables.TORCH_INDEX.name
 
-# uv, unlike pip, writes no bytecode when it installs. Where Python may not write it either (PYTHONDONTWRITEBYTECODE,
-# as in many containers and on this kit's CI machine; a read-only venv), every process and forked child would compile
-# torch, transformers and vLLM from source again: a release's gate and engine-config tests took 116 s that way
-# against 50 s from bytecode (vLLM 0.33.0, 2 cores), for ~27 s of compiling once at install.
-COMPILED = {"UV_COMPILE_BYTECODE": "1"}
+# uv writes no bytecode when it installs, and compiling a whole environment at install (~17,000 files with torch and
+# vLLM) costs more than Python compiling the few thousand modules a run imports, once, as it first imports them:
+# `nox -s gate` from a new venv took 60 s that way against 71 s compiled at install (vLLM 0.33.0, 2 cores).
+# That holds only where Python may write what it compiles: with PYTHONDONTWRITEBYTECODE set (in many containers and
+# on CI machines, this kit's among them) every process and forked child would compile torch and vLLM again (a
+# release's gate tests took 116 s that way against 50 s). A session's venv is its own, so what it runs may write.
+DONT_WRITE_BYTECODE = "PYTHONDONTWRITEBYTECODE"
 
 
 @dataclass(frozen=True)
@@ -110,14 +111,14 @@ class Installer:
 
 
 def installer(session: nox.Session, python: str | None = None) -> Installer:
-    """``session.install``, or the same into another interpreter's environment; with bytecode (``COMPILED``)."""
+    """``session.install``, or the same into another interpreter's environment; what the session runs from then on
+    writes its bytecode (``DONT_WRITE_BYTECODE`` cleared)."""
+    session.env[DONT_WRITE_BYTECODE] = None
     if python is None:
-        return Installer(functools.partial(session.install, env=COMPILED), session.venv_backend == "uv")
+        return Installer(session.install, session.venv_backend == "uv")
     if shutil.which("uv"):
         return Installer(
-            lambda *args: session.run(
-                "uv", "pip", "install", "--quiet", "--python", python, *args, env=COMPILED, external=True
-            ),
+            lambda *args: session.run("uv", "pip", "install", "--quiet", "--python", python, *args, external=True),
             uv=True,
         )
     return Installer(

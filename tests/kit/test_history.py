@@ -408,11 +408,14 @@ class RecordingSession:
         self.virtualenv = SimpleNamespace(location=str(tmp / "venv"))
         self.venv_backend = "uv"
         self.commands: list[tuple[str, ...]] = []
+        self.env: dict[str, str | None] = {}  # nox's session.env: what every later run gets (None: unset)
+        self.run_envs: list[dict[str, str | None]] = []  # session.env as each command ran
         self.installs: list[tuple[tuple[str, ...], object]] = []  # each install's packages and environment
         self.warnings: list[str] = []
 
     def run(self, *args: str, **kwargs: object) -> str:
         self.commands.append(args)
+        self.run_envs.append(dict(self.env))
         if args[:3] == ("uv", "pip", "install"):
             self.installs.append((args, kwargs.get("env")))
         if args[1:4] == ("-m", "matrix", "env"):
@@ -421,6 +424,7 @@ class RecordingSession:
 
     def install(self, *args: str, **kwargs: object) -> None:
         self.commands.append(("install", *args))
+        self.run_envs.append(dict(self.env))
         self.installs.append((args, kwargs.get("env")))
 
     def create_tmp(self) -> str:
@@ -518,11 +522,10 @@ def test_history_runs_each_release_through_the_cell_sessions_path(tmp_path, monk
 
 
 @pytest.mark.reads_host
-@pytest.mark.skipif(not shutil.which("uv"), reason="pip, the installer without uv, writes bytecode unasked")
-def test_every_install_of_vllm_and_the_kit_writes_bytecode(tmp_path, monkeypatch):
-    """Where Python writes none itself (PYTHONDONTWRITEBYTECODE, as on this kit's CI machine), a venv uv made
-    without it has every process compile vLLM and torch from source; the history's and a cell session's installs
-    both ask uv for it."""
+def test_what_runs_after_an_install_of_vllm_writes_its_bytecode(tmp_path, monkeypatch):
+    """uv compiles nothing at install (the whole venv costs more than the modules a run imports). Where Python may not
+    write bytecode either (PYTHONDONTWRITEBYTECODE, as on this kit's CI machine), every process would compile vLLM and
+    torch from source: the history's and a cell session's commands after their installs have it cleared."""
     import noxfile
 
     monkeypatch.setenv("WSLPIN_HISTORY_CACHE", str(tmp_path / "cache"))
@@ -538,7 +541,10 @@ def test_every_install_of_vllm_and_the_kit_writes_bytecode(tmp_path, monkeypatch
     for session in (gate, history):
         installed = [packages for packages, _ in session.installs]
         assert any("vllm==0.33.0" in packages for packages in installed), installed
-        assert all(env == {"UV_COMPILE_BYTECODE": "1"} for _, env in session.installs), session.installs
+        (pytest_env,) = [
+            env for command, env in zip(session.commands, session.run_envs, strict=True) if "pytest" in command
+        ]
+        assert "PYTHONDONTWRITEBYTECODE" in pytest_env and pytest_env["PYTHONDONTWRITEBYTECODE"] is None
 
 
 class SplittingSession(RecordingSession):
