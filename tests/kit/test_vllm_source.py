@@ -158,7 +158,7 @@ class RunningSession:
 
     def __init__(self, tmp: Path, posargs: list[str]) -> None:
         self.tmp, self.posargs = tmp, posargs
-        self.env: dict[str, str] = {}
+        self.env: dict[str, str | None] = {}
         self.virtualenv = SimpleNamespace(location=str(tmp / "venv"))
         self.last: subprocess.CompletedProcess[str] | None = None
 
@@ -167,7 +167,9 @@ class RunningSession:
 
     def run(self, *args: str, env=None, success_codes=(0,), **kwargs: object) -> str:
         command = [sys.executable if args[0] == "python" else args[0], *args[1:]]
-        environ = {**os.environ, **self.env, **(env or {})}
+        # As nox runs it: a variable given as None is unset.
+        merged = {**os.environ, **self.env, **(env or {})}
+        environ = {name: value for name, value in merged.items() if value is not None}
         self.last = subprocess.run(command, cwd=KIT_ROOT, env=environ, capture_output=True, text=True, check=False)
         if self.last.returncode not in success_codes:
             raise subprocess.CalledProcessError(self.last.returncode, command, self.last.stdout, self.last.stderr)
