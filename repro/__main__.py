@@ -1,10 +1,27 @@
 """``python -m repro``: ask the installed vLLM directly, without pytest."""
 
+# A runner's or a user's system Python may be older than the kit's (3.11): there, before any import of a module
+# written for 3.11, one line names the Python needed, as `python -m matrix` does for its commands. So this module
+# parses on Python 3.8 (tests/kit/test_system_pythons.py runs it there).
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from matrix.text.cli import KIT_PYTHON, require_kit_python, run_command_line
+
+
+def _needs_the_kits_python() -> argparse.ArgumentParser:
+    require_kit_python("python -m repro")
+    raise AssertionError("only called on a Python older than the kit's")
+
+
+if __name__ == "__main__" and sys.version_info < KIT_PYTHON:
+    sys.exit(run_command_line(_needs_the_kits_python, None))
+
+import json
 import time
 from pathlib import Path
 

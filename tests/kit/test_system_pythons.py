@@ -1,5 +1,6 @@
 """The doctor, ``env`` and ``plan`` on the system Pythons that people and self-hosted runners have: 3.8 and later;
-the other commands there, and the doctor on 3.7 and 2.7, each refused in one line naming the Python needed.
+the other commands and ``python -m repro`` there, and the doctor on 3.7 and 2.7, each refused in one line naming
+the Python needed.
 
 Ubuntu 20.04 ships Python 3.8 and 22.04 ships 3.10, the distributions most WSL2 users run, and a runner's
 first step (``plan --require native --misrouted-out``) runs on its system Python before any venv exists. Each
@@ -93,9 +94,13 @@ def python(request) -> Python:
 
 
 def matrix(python: Python, *args: str) -> subprocess.CompletedProcess:
-    """``python -E -s -S -B -m matrix ARGS`` from the kit's root, without the variables the doctor reads."""
+    return bare_module(python, "matrix", *args)
+
+
+def bare_module(python: Python, module: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -E -s -S -B -m MODULE ARGS`` from the kit's root, without the variables the doctor reads."""
     return subprocess.run(
-        [python.path, *STDLIB_ONLY, "-m", "matrix", *args],
+        [python.path, *STDLIB_ONLY, "-m", module, *args],
         cwd=ROOT,
         env=clean_env(),
         capture_output=True,
@@ -151,6 +156,15 @@ def test_the_other_commands_name_the_python_they_need_in_one_line(python, args):
     done = matrix(python, *args)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith(f"error: `python -m matrix {args[0]}` needs Python 3.11 or later, and this Python")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_python_m_repro_names_the_python_it_needs_in_one_line(python):
+    if python.version in ("3.11", "3.12", "3.13"):
+        pytest.skip(f"Python {python.version} runs `python -m repro` (with vLLM installed)")
+    done = bare_module(python, "repro", "gate", "--cells", "all")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("error: `python -m repro` needs Python 3.11 or later, and this Python"), done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
 
 
