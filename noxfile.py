@@ -726,7 +726,8 @@ CLEAN = ROOT / "build" / "clean-machine"
 
 @nox.session(default=False)
 def clean_machine(session: nox.Session) -> None:
-    """The README's fresh-machine commands in a bare Debian container: a fresh clone, a new HOME, empty caches."""
+    """The README's fresh-machine commands in a bare Debian container: a fresh clone, a new HOME, empty caches; what
+    they print where the README shows it (the main job's table) must be what it shows."""
     run = functools.partial(session.run, external=True)
     with contextlib.ExitStack() as stack:
         docker_host = _docker_engine(stack, run, CLEAN / "dockerd.log")
@@ -736,11 +737,15 @@ def clean_machine(session: nox.Session) -> None:
         image = smoke.load_image(docker_host, tarball, f"wslpin-clean:{key}", run)
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wslpin-clean-home-")))
         fresh.fresh_clone(ROOT, home / "kit", run)
+        readme = (home / "kit" / "README.md").read_text()
         try:
-            commands = fresh.readme_commands((home / "kit" / "README.md").read_text())
+            commands = fresh.readme_commands(readme)
         except fresh.ReadmeError as exc:
             session.error(str(exc))
-        run(*fresh.docker_run(docker_host, image, home, commands))
+        shown = fresh.shown_examples(readme, commands)
+        run(*fresh.docker_run(docker_host, image, home, commands, kept=shown))
+        for problem in fresh.stale(shown, home):
+            session.error(problem)
 
 
 @nox.session(default=False)

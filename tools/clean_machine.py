@@ -3,7 +3,8 @@
 ``nox -s clean_machine`` runs them in a container of Debian bookworm made here with
 debootstrap, holding what a newcomer's machine has before the kit (python3 with its venv
 module, git, CA certificates), a fresh clone of the kit's committed HEAD, a new HOME and
-empty caches. The container shares the host's network, because the package index must be
+empty caches. What they print where the README shows it (the main job's closing table) must be what
+the README shows. The container shares the host's network, because the package index must be
 reachable as the README says, and the host's CA bundle, because this machine's egress may
 re-sign TLS. Nothing else of the host: no pip or uv configuration, no local wheels, no cache.
 """
@@ -12,13 +13,17 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+
+from tools import readme as marked
 
 PACKAGES = ("python3", "python3-venv", "git", "ca-certificates")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 HOME = "/root"
 SECTION = "## On a fresh machine"
+# In the container's HOME: the standard output of each command the README shows an example of, by its index.
+PRINTED = "printed"
 
 
 class ReadmeError(ValueError):
@@ -37,14 +42,22 @@ def readme_commands(readme: str) -> list[str]:
     return commands
 
 
-def script(commands: list[str]) -> str:
-    """One bash script: the commands in the kit's clone, in order, each timed; the first failure stops it."""
-    lines = ["set -eo pipefail", 'cd "$HOME/kit"']
-    for command in commands:
+def shown_examples(readme: str, commands: list[str]) -> dict[int, marked.Example]:
+    """The README's marked examples (tools/readme.py) of its fresh-machine commands, by the command's index."""
+    by_command = {example.command: example for example in marked.examples(readme)}
+    return {index: by_command[command] for index, command in enumerate(commands) if command in by_command}
+
+
+def script(commands: list[str], kept: Collection[int] = ()) -> str:
+    """One bash script: the commands in the kit's clone, in order, each timed; the first failure stops it. The
+    standard output of those at the indexes ``kept`` is also written to ``$HOME/printed/INDEX``: a marked example's
+    command runs without a shell (tools/readme.py), so a pipe changes nothing it does."""
+    lines = ["set -eo pipefail", 'cd "$HOME/kit"', f'mkdir -p "$HOME/{PRINTED}"']
+    for index, command in enumerate(commands):
         lines += [
             f"echo {shlex.quote(f'[clean machine] $ {command}')}",
             "started=$SECONDS",
-            command,
+            f'{command} | tee "$HOME/{PRINTED}/{index}"' if index in kept else command,
             f'echo "[clean machine] $((SECONDS - started)) s: "{shlex.quote(command)}',
         ]
     return "\n".join(lines) + "\n"
@@ -55,9 +68,26 @@ def fresh_clone(repo: Path, into: Path, run: Callable[..., object]) -> None:
     run("git", "clone", "--quiet", "--no-local", str(repo), str(into))
 
 
-def docker_run(docker_host: str, image: str, home: Path, commands: list[str]) -> list[str]:
+def stale(shown: Mapping[int, marked.Example], home: Path) -> list[str]:
+    """One line for each example the fresh machine printed otherwise than the README shows it (the script ran)."""
+    found = []
+    for index, example in shown.items():
+        try:
+            printed = example.shown((home / PRINTED / str(index)).read_text())
+        except marked.ReadmeError as exc:
+            found.append(f"README.md's example of `{example.command}` on a fresh machine: {exc}")
+            continue
+        if not marked.same(example.output, printed):
+            found.append(
+                f"README.md's example of `{example.command}` is not what a fresh machine printed (above): "
+                "run `nox -s readme` and commit its change, or mend what a first run prints"
+            )
+    return found
+
+
+def docker_run(docker_host: str, image: str, home: Path, commands: list[str], kept: Collection[int] = ()) -> list[str]:
     """Write the script into ``home`` (which holds ``kit/``); the ``docker run`` that runs it there as HOME."""
-    (home / "clean-machine.sh").write_text(script(commands))
+    (home / "clean-machine.sh").write_text(script(commands, kept))
     argv = ["docker", "--host", docker_host, "run", "--rm", "--network", "host", "-v", f"{home}:{HOME}"]
     argv += ["-e", f"HOME={HOME}"]
     if CA_BUNDLE.exists():

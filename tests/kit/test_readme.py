@@ -29,7 +29,7 @@ def test_the_readmes_examples_print_what_they_show():
     )
     if has_vllm.returncode == 0:
         pytest.skip("this machine's python3 has vLLM installed: the README's examples show one without")
-    # The slow ones (a whole nox session) are .ci/run's: `nox -s readme -- --check` there runs them all.
+    # The slow ones (a whole nox session) are fresh-machine lines: `nox -s clean_machine` checks what they print.
     done = readme_tool("--check", "--quick")
     assert done.returncode == 0, done.stdout + done.stderr
 
