@@ -744,8 +744,9 @@ def clean_machine(session: nox.Session) -> None:
             session.error(str(exc))
         shown = fresh.shown_examples(readme, commands)
         run(*fresh.docker_run(docker_host, image, home, commands, kept=shown))
-        for problem in fresh.stale(shown, home):
-            session.error(problem)
+        problems = fresh.stale(shown, home)
+        if problems:
+            session.error("\n".join(problems))  # every example that differs, not only the first
 
 
 @nox.session(default=False)
